@@ -1,0 +1,1 @@
+"""rules: ChainRules.jl's rule system for JAX."""

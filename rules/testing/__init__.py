@@ -1,0 +1,1 @@
+"""Testing rules: finite differences and rule testers (ChainRulesTestUtils for JAX)."""

@@ -1,0 +1,1 @@
+"""zygote_jax: Zygote.jl's user API on JAX."""
