@@ -1,0 +1,88 @@
+"""Errors raised by the rule system.
+
+Every message follows one shape: which function or rule, which argument (index and pytree path),
+what was expected, what was received, and how to fix it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "RuleError",
+    "RuleDefinitionError",
+    "AmbiguousRuleError",
+    "PullbackError",
+    "ProjectionError",
+    "TangentStructureError",
+    "NotImplementedTangentError",
+    "ForwardModeError",
+    "StaticArgumentError",
+    "format_message",
+]
+
+
+def format_message(
+    what: str,
+    *,
+    argument: str | None = None,
+    expected: str | None = None,
+    got: str | None = None,
+    fix: str | None = None,
+) -> str:
+    """Build a rule-error message with the fixed sections in a fixed order."""
+    lines = [what]
+    if argument is not None:
+        lines.append(f"  argument: {argument}")
+    if expected is not None:
+        lines.append(f"  expected: {expected}")
+    if got is not None:
+        lines.append(f"  got:      {got}")
+    if fix is not None:
+        lines.append(f"  fix:      {fix}")
+    return "\n".join(lines)
+
+
+def describe_argument(index: int | str | None, path: str = "") -> str | None:
+    """`argument 1 at path [0]['w']`, `keyword argument 'axis'`, or the output."""
+    if index is None:
+        return None
+    if isinstance(index, str):
+        where = f"keyword argument {index!r}" if index != "output" else "the output"
+    else:
+        where = f"argument {index}"
+    return f"{where} at path {path}" if path else where
+
+
+class RuleError(Exception):
+    """Base class: a rule, or its use, breaks the conventions of the rule system."""
+
+
+class RuleDefinitionError(RuleError, TypeError):
+    """A rule is registered or written in a way the registry cannot use."""
+
+
+class AmbiguousRuleError(RuleError, TypeError):
+    """Two registered rules match the same arguments and neither is more specific."""
+
+
+class PullbackError(RuleError, TypeError):
+    """A pullback (or pushforward) returned something of the wrong form."""
+
+
+class ProjectionError(RuleError, ValueError):
+    """A cotangent cannot be projected onto its primal (shape, dtype or structure)."""
+
+
+class TangentStructureError(RuleError, ValueError):
+    """A structural `Tangent` does not match the fields of its primal type."""
+
+
+class NotImplementedTangentError(RuleError, NotImplementedError):
+    """A `NotImplementedTangent` was used where its value matters."""
+
+
+class ForwardModeError(RuleError, TypeError):
+    """Forward mode was asked of a primitive that JAX lowers through `jax.custom_vjp`."""
+
+
+class StaticArgumentError(RuleError, TypeError):
+    """A static (non-array) argument of a primitive cannot be used as a cache key."""

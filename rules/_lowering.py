@@ -1,0 +1,452 @@
+"""The adapter: a primitive's rules lowered into `jax.custom_vjp` / `jax.custom_jvp`.
+
+Conversions happen in two places only:
+
+* to JAX (`_to_jax_cotangents`, `_to_jax_tangent`): `NoTangent`/`ZeroTangent` become None
+  (or zeros where JAX needs a value), thunks are unthunked only for perturbed inputs,
+  `Tangent`s become the primal's pytree, every leaf is projected onto its primal's dtype and
+  shape, and cotangents are conjugated into JAX's complex convention;
+* from JAX (`_from_jax_cotangent`, `_from_jax_tangents`): symbolic zeros become
+  `ZeroTangent()`, non-differentiable positions `NoTangent()`, cotangents are conjugated
+  into ChainRules' convention.
+
+An argument leaf is *differentiable* (an inexact array or a Python float/complex),
+*non-differentiable but dynamic* (an int/bool array, or any array given as a keyword), or
+*static* (anything else: part of the cache key, closed over by the lowered function).
+
+A pullback is a Python closure over the forward pass's values. When those values are
+concrete (eager `jax.grad`), the closure itself is the residual. Under a trace, the pullback
+is traced in the forward pass into a jaxpr whose constants become the residuals; since the
+zero pattern of the output cotangent is only known in the backward pass, one jaxpr is traced
+per pattern (all patterns for up to 3 differentiable outputs; otherwise the dense one plus
+one per single output, any other pattern being served by the dense jaxpr with zeros).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from itertools import combinations
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.custom_derivatives import SymbolicZero
+
+from ._errors import (
+    ForwardModeError,
+    PullbackError,
+    StaticArgumentError,
+    TangentStructureError,
+    describe_argument,
+    format_message,
+)
+from ._notimplemented import NotImplementedTangent
+from ._projection import ArrayTypes, project_leaf
+from ._registry import check_frule_result, check_rrule_result, frule, function_name, note_traced, rrule, rule_key
+from ._tangent import Tangent, children_with_names
+from ._thunks import unthunk
+from ._zeros import AbstractZero, NoTangent, ZeroTangent
+
+__all__ = ["call_lowered", "is_tracer", "in_own_rule"]
+
+DIFF, NONDIFF, STATIC = 0, 1, 2
+_Tracer = jax.core.Tracer
+_MAX_ALL_PATTERNS = 3
+_CACHE_SIZE = 512
+
+
+# Primitives whose rule is running now: inside its own rule, `f(x)` is the primal function
+# (as in ChainRules), not another trip through the lowering. Without this, an outer forward
+# mode (e.g. `jax.hessian`) would meet the primitive's custom_vjp inside its own forward pass.
+_active_rules: contextvars.ContextVar[frozenset] = contextvars.ContextVar("rules_active", default=frozenset())
+
+
+@contextlib.contextmanager
+def _running_rule_of(key: Any):
+    token = _active_rules.set(_active_rules.get() | {key})
+    try:
+        yield
+    finally:
+        _active_rules.reset(token)
+
+
+def in_own_rule(key: Any) -> bool:
+    return key in _active_rules.get()
+
+
+def _in_forward_mode(x: Any) -> bool:
+    """Whether `x` carries a forward-mode tangent at the innermost level (jax.jvp, jacfwd).
+
+    Reverse mode traces with JAX's linearize tracers, so a JVP tracer here means pure forward
+    mode, which `jax.custom_vjp` cannot serve. Detected by the tracer's class name (public
+    behaviour, no private import); should JAX rename it, JAX's own TypeError is still turned
+    into a `ForwardModeError` below for eager calls.
+    """
+    while isinstance(x, _Tracer):
+        if type(x).__name__ == "JVPTracer":
+            return True
+        x = getattr(x, "val", None)  # a batching tracer wraps the value it batches
+    return False
+
+
+def is_tracer(x: Any) -> bool:
+    return isinstance(x, _Tracer)
+
+
+def _kind(leaf: Any) -> int:
+    if isinstance(leaf, ArrayTypes):
+        return DIFF if jnp.issubdtype(leaf.dtype, jnp.inexact) else NONDIFF
+    if isinstance(leaf, (float, complex)):
+        return DIFF
+    return STATIC
+
+
+def _is_complex(dtype: Any) -> bool:
+    return jnp.issubdtype(dtype, jnp.complexfloating)
+
+
+def _conj(x: Any) -> Any:
+    return jnp.conj(x) if jnp.iscomplexobj(x) else x
+
+
+def _zeros_for(shape: tuple, dtype: Any) -> Any:
+    if jnp.issubdtype(dtype, jnp.inexact):
+        return jnp.zeros(shape, dtype)
+    return np.zeros(shape, jax.dtypes.float0)
+
+
+def _path_text(path: tuple) -> str:
+    return "".join(f".{p}" if isinstance(p, str) and p.isidentifier() else f"[{p!r}]" for p in path)
+
+
+# ----- entry point ----------------------------------------------------------------------------
+def call_lowered(prim: Any, args: tuple, kwargs: dict, leaves: list, treedef: Any) -> Any:
+    """Call `prim` under a JAX transformation: through the lowering of its rules, if any."""
+    rr = rrule.lookup(prim, args)
+    fr = frule.lookup(prim, args)
+    if rr is None and fr is None:
+        return prim.fn(*args, **kwargs)
+    n_pos = treedef.children()[0].num_leaves
+    kinds = tuple(_kind(leaf) if i < n_pos or _kind(leaf) == STATIC else NONDIFF for i, leaf in enumerate(leaves))
+    statics = tuple(leaf if k == STATIC else None for leaf, k in zip(leaves, kinds))
+    key = (rr, fr, treedef, kinds, statics)
+    cache = prim._lowered
+    try:
+        lowered = cache.get(key)
+    except TypeError:
+        _raise_unhashable(prim, args, kwargs, kinds, treedef)
+    if lowered is None:
+        if len(cache) >= _CACHE_SIZE:
+            cache.clear()
+        lowered = cache[key] = _Lowered(prim, rr, fr, treedef, kinds, statics)
+        note_traced(rule_key(prim))
+    dyn = [leaf for leaf, k in zip(leaves, kinds) if k != STATIC]
+    if rr is not None and any(map(_in_forward_mode, dyn)):
+        raise ForwardModeError(lowered.forward_mode_message())
+    try:
+        return lowered.fn(*dyn)
+    except TypeError as err:
+        if "forward-mode autodiff" in str(err) and "custom_vjp" in str(err):
+            raise ForwardModeError(lowered.forward_mode_message()) from None
+        raise
+
+
+def _raise_unhashable(prim, args, kwargs, kinds, treedef):
+    paths = jax.tree_util.tree_flatten_with_path((args, kwargs))[0]
+    for (path, leaf), k in zip(paths, kinds):
+        if k != STATIC:
+            continue
+        try:
+            hash(leaf)
+        except TypeError:
+            index = path[1].idx if path[0].idx == 0 else path[1].key
+            raise StaticArgumentError(
+                format_message(
+                    f"primitive `{function_name(prim)}`: a static argument is not hashable",
+                    argument=describe_argument(index, jax.tree_util.keystr(path[2:])),
+                    expected="arrays, Python scalars, or hashable objects (static arguments key the lowering cache)",
+                    got=f"an unhashable {type(leaf).__name__}",
+                    fix="pass the data as an array, make the object hashable (e.g. a tuple or a frozen "
+                    "dataclass), or register it as a pytree",
+                )
+            ) from None
+    raise StaticArgumentError(f"primitive `{function_name(prim)}`: unhashable static arguments")
+
+
+# ----- residuals ------------------------------------------------------------------------------
+class _Residual:
+    """What the forward pass leaves for the backward pass.
+
+    Eager: the pullback closure itself (`eager`), kept as static data, since the forward
+    values were concrete. Traced: one jaxpr per zero pattern (`table`); their constants
+    (`consts`) are the residual arrays. `out_diff` and `out_meta` describe the
+    differentiable outputs (static).
+    """
+
+    def __init__(self, eager, table, consts, out_diff, out_meta):
+        self.eager, self.table, self.consts = eager, table, consts
+        self.out_diff, self.out_meta = out_diff, out_meta
+
+    def run(self, pattern: tuple, gs: list, g_all: list) -> Any:
+        if self.eager is not None:
+            return self.eager(pattern, gs)
+        offset, dense = 0, None
+        for entry_pattern, jaxpr, out_tree, n in self.table:
+            consts = self.consts[offset : offset + n]
+            offset += n
+            if entry_pattern == pattern:
+                return jax.tree_util.tree_unflatten(out_tree, jax.core.eval_jaxpr(jaxpr, consts, *gs))
+            if len(entry_pattern) == len(g_all):
+                dense = (jaxpr, out_tree, consts)
+        jaxpr, out_tree, consts = dense
+        filled = [jnp.zeros(*meta) if g is None else g for g, meta in zip(g_all, self.out_meta)]
+        return jax.tree_util.tree_unflatten(out_tree, jax.core.eval_jaxpr(jaxpr, consts, *filled))
+
+
+jax.tree_util.register_pytree_node(
+    _Residual,
+    lambda r: (r.consts, (r.eager, r.table, r.out_diff, r.out_meta)),
+    lambda aux, consts: _Residual(aux[0], aux[1], tuple(consts), aux[2], aux[3]),
+)
+
+
+def _patterns(n: int) -> list[tuple[int, ...]]:
+    full = tuple(range(n))
+    if n <= _MAX_ALL_PATTERNS:
+        return [c for r in range(n, 0, -1) for c in combinations(full, r)]
+    return [full] + [(i,) for i in full]
+
+
+# ----- the lowered function -------------------------------------------------------------------
+class _Lowered:
+    """The custom_vjp/custom_jvp function of one primitive for one argument signature."""
+
+    def __init__(self, prim, rr, fr, treedef, kinds, statics):
+        self.prim, self.name = prim, function_name(prim)
+        self.rr, self.fr = rr, fr
+        self.treedef, self.kinds, self.statics = treedef, kinds, statics
+        self.dyn_index = [i for i, k in enumerate(kinds) if k != STATIC]
+        self.dyn_pos = {flat: d for d, flat in enumerate(self.dyn_index)}
+        self.arg_treedefs = treedef.children()[0].children()
+        self.nargs = len(self.arg_treedefs)
+        starts = np.cumsum([0] + [t.num_leaves for t in self.arg_treedefs])
+        self.arg_ranges = [(int(starts[i]), int(starts[i + 1])) for i in range(self.nargs)]
+        if rr is not None:
+            fn = jax.custom_vjp(self.primal)
+            fn.defvjp(self.fwd, self.bwd, symbolic_zeros=True)
+        else:
+            fn = jax.custom_jvp(self.primal)
+            fn.defjvp(self.jvp, symbolic_zeros=True)
+        self.fn = fn
+
+    def rebuild(self, dyn_values) -> tuple[tuple, dict]:
+        leaves = list(self.statics)
+        for flat, value in zip(self.dyn_index, dyn_values):
+            leaves[flat] = value
+        return jax.tree_util.tree_unflatten(self.treedef, leaves)
+
+    def primal(self, *dyn):
+        args, kwargs = self.rebuild(dyn)
+        return self.prim.fn(*args, **kwargs)
+
+    def forward_mode_message(self) -> str:
+        has_frule = self.fr is not None
+        return format_message(
+            f"forward-mode differentiation (jax.jvp, jax.jacfwd) of primitive `{self.name}` is not "
+            "possible: it has an rrule, which JAX runs as a `jax.custom_vjp`, and `jax.custom_vjp` "
+            "has no forward mode" + (" (the rrule takes precedence over its frule)" if has_frule else ""),
+            fix="use reverse mode (jax.grad, jax.vjp, jax.jacrev, zygote_jax.gradient); "
+            + (
+                "or remove the rrule so that the frule is lowered through `jax.custom_jvp`, which "
+                "serves both modes"
+                if has_frule
+                else "or define an frule instead of the rrule (`jax.custom_jvp` serves both modes)"
+            ),
+        )
+
+    # ----- reverse mode: jax.custom_vjp ---------------------------------------------------
+    def fwd(self, *dyn_primals):
+        values = [p.value for p in dyn_primals]
+        perturbed = [p.perturbed for p in dyn_primals]
+        args, kwargs = self.rebuild(values)
+        with _running_rule_of(self.prim.__rules_key__):
+            y, pullback = check_rrule_result(self.prim, self.rr(*args, **kwargs))
+        y_leaves, y_tree = jax.tree_util.tree_flatten(y)
+        out_diff = [i for i, leaf in enumerate(y_leaves) if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)]
+        metas = [(np.shape(v), jnp.result_type(v)) for v in values]
+
+        def run(pattern, gs):
+            y_bar_leaves = [NoTangent()] * len(y_leaves)
+            for i in out_diff:
+                y_bar_leaves[i] = ZeroTangent()
+            for i, g in zip(pattern, gs):
+                y_bar_leaves[i] = _conj(g)
+            y_bar = jax.tree_util.tree_unflatten(y_tree, y_bar_leaves)
+            return self._to_jax_cotangents(pullback(y_bar), args, perturbed, metas)
+
+        out_meta = tuple((np.shape(y_leaves[i]), jnp.result_type(y_leaves[i])) for i in out_diff)
+        if not any(map(is_tracer, values)) and not any(map(is_tracer, y_leaves)):
+            return y, _Residual(run, (), (), tuple(out_diff), out_meta)
+        table, consts = [], []
+        for pattern in _patterns(len(out_diff)):
+            leaf_pattern = tuple(out_diff[j] for j in pattern)
+            avals = [jax.ShapeDtypeStruct(*out_meta[j]) for j in pattern]
+            closed, out_shape = jax.make_jaxpr(lambda *gs, p=leaf_pattern: run(p, gs), return_shape=True)(*avals)
+            table.append((leaf_pattern, closed.jaxpr, jax.tree_util.tree_structure(out_shape), len(closed.consts)))
+            consts.extend(closed.consts)
+        return y, _Residual(None, tuple(table), tuple(consts), tuple(out_diff), out_meta)
+
+    def bwd(self, residual, g):
+        g_leaves = jax.tree_util.tree_leaves(g, is_leaf=lambda x: isinstance(x, SymbolicZero))
+        g_all = [None if isinstance(g_leaves[i], SymbolicZero) else g_leaves[i] for i in residual.out_diff]
+        pattern = tuple(i for i, gi in zip(residual.out_diff, g_all) if gi is not None)
+        if not pattern:
+            return (None,) * len(self.dyn_index)
+        return residual.run(pattern, [gi for gi in g_all if gi is not None], g_all)
+
+    def _to_jax_cotangents(self, cotangents, args, perturbed, metas) -> tuple:
+        if not isinstance(cotangents, tuple):
+            raise PullbackError(
+                format_message(
+                    f"the pullback of `{self.name}` must return a tuple (f_bar, x1_bar, ..., xn_bar)",
+                    expected=f"a tuple of {1 + self.nargs} cotangents",
+                    got=f"{type(cotangents).__name__}",
+                    fix="return (NoTangent(), x_bar, ...): one entry for the function, then one per argument",
+                )
+            )
+        if len(cotangents) != 1 + self.nargs:
+            raise PullbackError(
+                format_message(
+                    f"the pullback of `{self.name}` returned the wrong number of cotangents",
+                    expected=f"{1 + self.nargs} (f_bar first, then one per positional argument)",
+                    got=f"{len(cotangents)}",
+                    fix="return (NoTangent(), x1_bar, ..., xn_bar); use NoTangent() for arguments "
+                    "that cannot be perturbed",
+                )
+            )
+        out: list[Any] = [None] * len(self.dyn_index)
+        for i, (lo, hi) in enumerate(self.arg_ranges):
+            want = [self.kinds[f] == DIFF and perturbed[self.dyn_pos[f]] for f in range(lo, hi)]
+            if not any(want):
+                continue  # never evaluate the thunk of an input that is not differentiated
+            leaf_cts = _tangent_leaves(cotangents[1 + i], args[i], want, self.name, i, ())
+            for flat, ct in zip(range(lo, hi), leaf_cts):
+                if ct is None or isinstance(ct, AbstractZero):
+                    continue
+                d = self.dyn_pos[flat]
+                shape, dtype = metas[d]
+                where = lambda i=i, k=flat - lo: (  # noqa: E731  (built only for an error)
+                    f"the pullback of `{self.name}`, {describe_argument(i, _leaf_path(args[i], k))}"
+                )
+                out[d] = _conj(project_leaf(ct, dtype, shape, where))
+        return tuple(out)
+
+    # ----- forward mode: jax.custom_jvp ---------------------------------------------------
+    def jvp(self, primals, tangents):
+        args, kwargs = self.rebuild(primals)
+        leaf_tangents: list[Any] = [NoTangent()] * len(self.kinds)
+        for flat, t in zip(self.dyn_index, tangents):
+            if self.kinds[flat] == DIFF:
+                leaf_tangents[flat] = ZeroTangent() if isinstance(t, SymbolicZero) else t
+        arg_tangents = []
+        for (lo, hi), sub in zip(self.arg_ranges, self.arg_treedefs):
+            ts = leaf_tangents[lo:hi]
+            if all(isinstance(t, AbstractZero) for t in ts):
+                has_diff = any(self.kinds[f] == DIFF for f in range(lo, hi))
+                arg_tangents.append(ZeroTangent() if has_diff else NoTangent())
+            else:
+                arg_tangents.append(jax.tree_util.tree_unflatten(sub, ts))
+        with _running_rule_of(self.prim.__rules_key__):
+            y, y_dot = check_frule_result(self.prim, self.fr((NoTangent(), *arg_tangents), *args, **kwargs))
+        return y, self._to_jax_tangent(y_dot, y)
+
+    def _to_jax_tangent(self, y_dot, y):
+        y_leaves, y_tree = jax.tree_util.tree_flatten(y)
+        leaf_ts = _tangent_leaves(y_dot, y, [True] * len(y_leaves), self.name, "output", ())
+        out = []
+        for k, (leaf, t) in enumerate(zip(y_leaves, leaf_ts)):
+            shape, dtype = np.shape(leaf), jnp.result_type(leaf)
+            if t is None or isinstance(t, AbstractZero) or not jnp.issubdtype(dtype, jnp.inexact):
+                out.append(_zeros_for(shape, dtype))
+            else:
+                where = lambda k=k: f"the frule of `{self.name}`, {describe_argument('output', _leaf_path(y, k))}"  # noqa: E731
+                out.append(project_leaf(t, dtype, shape, where))
+        return jax.tree_util.tree_unflatten(y_tree, out)
+
+
+# ----- structural tangents -> leaves ----------------------------------------------------------
+def _leaf_path(tree: Any, k: int) -> str:
+    paths = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return jax.tree_util.keystr(paths[k][0]) if len(paths) > 1 or paths[0][0] else ""
+
+
+def _jax_children(primal: Any):
+    """JAX's one-level split of a pytree node, or None for a leaf."""
+    if jax.tree_util.all_leaves([primal]):
+        return None
+    return children_with_names(primal)
+
+
+def _tangent_leaves(ct: Any, primal: Any, want: list[bool], name: str, index: Any, path: tuple) -> list:
+    """The tangent `ct` of `primal`, as one entry per leaf of `primal` (None where not wanted)."""
+    n = len(want)
+    if not any(want):
+        return [None] * n
+    ct = unthunk(ct)
+    if isinstance(ct, AbstractZero):
+        return [None] * n
+    if isinstance(ct, NotImplementedTangent):
+        err = ct.error(f"as the cotangent of `{name}` {describe_argument(index, _path_text(path))}")
+        raise err
+    if primal is None:
+        return []
+    split = _jax_children(primal)
+    if split is None:
+        if isinstance(ct, Tangent) or not isinstance(ct, (*ArrayTypes, int, float, complex)):
+            raise TangentStructureError(
+                format_message(
+                    f"`{name}`: a rule returned a structured tangent for an array",
+                    argument=describe_argument(index, _path_text(path)),
+                    expected=f"an array of shape {np.shape(primal)}",
+                    got=f"{type(ct).__name__}",
+                    fix="return an array (or ZeroTangent()) for array arguments",
+                )
+            )
+        return [ct]
+    pairs, _ = split
+    names = [k for k, _ in pairs]
+    if isinstance(ct, Tangent):
+        lookup = dict(ct.items()) if isinstance(ct._backing, tuple) else dict(ct._backing)
+    else:
+        ct_split = _jax_children(ct) if type(ct) is type(primal) else None
+        if ct_split is None or [k for k, _ in ct_split[0]] != names:
+            raise TangentStructureError(
+                format_message(
+                    f"`{name}`: the tangent's structure does not match the primal's",
+                    argument=describe_argument(index, _path_text(path)),
+                    expected=f"a Tangent or a {type(primal).__name__} with fields {names}",
+                    got=f"{type(ct).__name__}" + (f" with fields {[k for k, _ in ct_split[0]]}" if ct_split else ""),
+                    fix=f"return Tangent({type(primal).__name__}, ...) with the primal's field names",
+                )
+            )
+        lookup = dict(ct_split[0])
+    unknown = [k for k in lookup if k not in names]
+    if unknown:
+        raise TangentStructureError(
+            format_message(
+                f"`{name}`: the Tangent has fields the primal lacks",
+                argument=describe_argument(index, _path_text(path)),
+                expected=f"fields among {names}",
+                got=f"{list(lookup)}",
+                fix=f"build the Tangent with the field names of {type(primal).__name__}",
+            )
+        )
+    out: list = []
+    offset = 0
+    for key, child in pairs:
+        m = jax.tree_util.tree_structure(child).num_leaves
+        out += _tangent_leaves(lookup.get(key, ZeroTangent()), child, want[offset : offset + m], name, index, (*path, key))
+        offset += m
+    return out

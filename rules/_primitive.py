@@ -1,0 +1,195 @@
+"""Primitives: rule-aware functions that JAX differentiates through their rules."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Iterable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._errors import RuleDefinitionError, format_message
+from ._lowering import _Tracer, call_lowered, in_own_rule
+from ._registry import frule, register_examples, rrule
+
+__all__ = ["Primitive", "primitive", "external", "unwrap"]
+
+
+class Primitive:
+    """A function whose rules (`rrule`/`frule`) JAX uses; made by `primitive` or `external`.
+
+    Called with concrete arrays and no JAX transformation active, it calls the function
+    directly. Under a transformation (`jit`, `grad`, `vmap`, ...) it goes through the
+    lowering of its rules: rrule -> `jax.custom_vjp`, frule only -> `jax.custom_jvp`, no rule
+    -> the function itself (JAX differentiates it).
+
+    See also: `primitive`, `external`, `rrule`.
+    """
+
+    def __init__(self, fn: Callable, *, name: str | None = None, examples: Iterable[tuple] | None = None):
+        if not callable(fn):
+            raise RuleDefinitionError(f"`primitive(fn)`: fn must be callable; got {type(fn).__name__}.")
+        self.fn = fn
+        self.__rules_key__ = getattr(fn, "__rules_key__", fn)
+        functools.update_wrapper(self, fn, updated=())
+        if name is not None:
+            self.__name__ = self.__qualname__ = name
+        self._lowered: dict = {}
+        if examples is not None:
+            register_examples(self, examples)
+
+    def __repr__(self) -> str:
+        return f"<primitive {getattr(self, '__qualname__', self.fn)!r}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+        for leaf in leaves:
+            if isinstance(leaf, _Tracer):
+                if in_own_rule(self.__rules_key__):
+                    break
+                return call_lowered(self, args, kwargs, leaves, treedef)
+        return self.fn(*args, **kwargs)
+
+    def __get__(self, obj, objtype=None):
+        # Used as a method: bind like a function would.
+        return self if obj is None else functools.partial(self, obj)
+
+    def rrule(self, impl: Callable | None = None, *, types: Iterable | None = None):
+        """Register the rrule of this primitive: `@f.rrule` or `@f.rrule(types=(...))`."""
+        return rrule.register(self, impl, types=types)
+
+    def frule(self, impl: Callable | None = None, *, types: Iterable | None = None):
+        """Register the frule of this primitive: `@f.frule` or `@f.frule(types=(...))`."""
+        return frule.register(self, impl, types=types)
+
+    @property
+    def examples(self) -> list[tuple]:
+        from ._registry import examples_of
+
+        return examples_of(self)
+
+
+def primitive(fn: Callable | None = None, *, examples: Iterable[tuple] | None = None, name: str | None = None):
+    """Make `fn` a `Primitive`: a function whose registered rules JAX uses.
+
+    Use as `@primitive`, as `@primitive(examples=[(x1,), (x2,)])` (argument tuples that
+    `python -m rules check` verifies the rules on), or as `primitive(jnp.sinc)` for a
+    function you do not own (its rules are registered on the wrapped function).
+
+    >>> import jax, jax.numpy as jnp
+    >>> import rules
+    >>> @rules.primitive
+    ... def square(x):
+    ...     return x * x
+    >>> @square.rrule
+    ... def square_rrule(x):
+    ...     def square_pullback(y_bar):
+    ...         return rules.NoTangent(), 7 * 2 * x * y_bar   # deliberately 7x
+    ...     return square(x), square_pullback
+    >>> float(jax.grad(square)(3.0))   # the rule is used
+    42.0
+    >>> float(jax.jit(jax.grad(square))(3.0))
+    42.0
+
+    See also: `Primitive`, `external`, `rrule`, `frule`.
+    """
+    if fn is None:
+        return lambda f: Primitive(f, examples=examples, name=name)
+    return Primitive(fn, examples=examples, name=name)
+
+
+def unwrap(f: Any) -> Callable:
+    """The plain function behind a primitive (the function itself otherwise)."""
+    return f.fn if isinstance(f, Primitive) else f
+
+
+_VMAP_METHODS = ("sequential", "expand_dims", "broadcast_all", "legacy_vectorized")
+
+
+def external(
+    fn: Callable,
+    result_shape_dtypes: Any,
+    *,
+    vmap_method: str = "sequential",
+    name: str | None = None,
+    examples: Iterable[tuple] | None = None,
+) -> Primitive:
+    """A primitive whose primal runs outside JAX (NumPy, SciPy, C) through `jax.pure_callback`.
+
+    Args:
+      fn: called with NumPy arrays; returns arrays (cast to the declared dtypes).
+      result_shape_dtypes: a pytree of `jax.ShapeDtypeStruct`, or a function of the
+        arguments returning one.
+      vmap_method: how `jax.vmap` batches the callback: "sequential" (one call per element,
+        always correct), "expand_dims" or "broadcast_all" (fn is vectorised over a leading
+        batch dimension), as in `jax.pure_callback`.
+      name, examples: as for `primitive`.
+
+    Returns:
+      A `Primitive`: give it rules with `@f.rrule` / `@f.frule` to make it differentiable.
+
+    >>> import jax, jax.numpy as jnp, scipy.special
+    >>> import rules
+    >>> erfcx = rules.external(scipy.special.erfcx,
+    ...                        lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)))
+    >>> @erfcx.rrule
+    ... def erfcx_rrule(x):
+    ...     y = erfcx(x)
+    ...     def erfcx_pullback(y_bar):   # d/dx erfcx(x) = 2 x erfcx(x) - 2/sqrt(pi)
+    ...         return rules.NoTangent(), y_bar * (2 * x * y - 2 / jnp.sqrt(jnp.pi))
+    ...     return y, erfcx_pullback
+    >>> round(float(jax.grad(erfcx)(1.0)), 6)
+    -0.273212
+
+    See also: `primitive`, `jax.pure_callback`.
+    """
+    if vmap_method not in _VMAP_METHODS:
+        raise ValueError(
+            format_message(
+                f"`external({getattr(fn, '__name__', fn)}, ...)`: unknown vmap_method",
+                expected=" or ".join(repr(m) for m in _VMAP_METHODS),
+                got=repr(vmap_method),
+            )
+        )
+    fn_name = name or getattr(fn, "__name__", "external")
+
+    def call(*args, **kwargs):
+        shapes = result_shape_dtypes(*args, **kwargs) if callable(result_shape_dtypes) else result_shape_dtypes
+        specs, tree = jax.tree_util.tree_flatten(shapes)
+
+        def host(*host_args):
+            out = fn(*host_args, **kwargs)
+            leaves = jax.tree_util.tree_leaves(out)
+            if len(leaves) != len(specs):
+                raise RuleDefinitionError(
+                    format_message(
+                        f"external `{fn_name}` returned the wrong number of arrays",
+                        expected=f"{len(specs)} (from result_shape_dtypes)",
+                        got=f"{len(leaves)}",
+                    )
+                )
+            fixed = []
+            for k, (leaf, spec) in enumerate(zip(leaves, specs)):
+                arr = np.asarray(leaf)
+                if arr.shape != tuple(spec.shape):
+                    raise RuleDefinitionError(
+                        format_message(
+                            f"external `{fn_name}` returned an array of the wrong shape (output leaf {k})",
+                            expected=f"shape {tuple(spec.shape)} (from result_shape_dtypes)",
+                            got=f"shape {arr.shape}",
+                            fix="make result_shape_dtypes describe what fn returns",
+                        )
+                    )
+                fixed.append(arr.astype(spec.dtype, copy=False))
+            return jax.tree_util.tree_unflatten(tree, fixed)
+
+        return jax.pure_callback(host, shapes, *args, vmap_method=vmap_method)
+
+    call.__name__ = call.__qualname__ = fn_name
+    call.__doc__ = getattr(fn, "__doc__", None)
+    call.__module__ = getattr(fn, "__module__", None) or __name__
+    return Primitive(call, name=fn_name, examples=examples)
+
+
+_ = jnp  # jax.numpy is part of this module's namespace for doctests
