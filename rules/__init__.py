@@ -56,3 +56,4 @@ from ._errors import StaticArgumentError as StaticArgumentError
 from ._errors import TangentStructureError as TangentStructureError
 
 __version__ = "0.1.0"
+from . import library as library  # registers the shipped rules

@@ -8,6 +8,7 @@ so `jax.jit`-compiled callers pick up the new rule on their next call.
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any, Callable, Iterable
 
@@ -33,6 +34,7 @@ _lock = threading.RLock()
 _version = 0
 _traced_keys: set[Any] = set()
 _examples: dict[Any, list[tuple]] = {}
+_example_modules: dict[Any, str] = {}
 _OPT_OUT = object()
 
 
@@ -41,12 +43,25 @@ def rule_key(f: Any) -> Any:
     return getattr(f, "__rules_key__", f)
 
 
+_PUBLIC_JAX_MODULES = ("jax.numpy", "jax.nn", "jax.scipy.special", "jax.lax", "jax.random", "jax.numpy.linalg")
+
+
 def function_name(f: Any) -> str:
-    """A readable name for `f` in messages: `cube`, `jax.numpy.sin`, `Dense.__call__`."""
+    """A readable name for `f` in messages: `cube`, `jax.numpy.sin`, `jax.nn.sigmoid`."""
     f = rule_key(f)
     name = getattr(f, "__qualname__", None) or getattr(f, "__name__", None) or repr(f)
     module = getattr(f, "__module__", None) or ""
-    return f"{module}.{name}" if module.split(".")[0] == "jax" else name
+    if module.split(".")[0] != "jax":
+        return name
+    import importlib
+
+    for public in _PUBLIC_JAX_MODULES:
+        try:
+            if getattr(importlib.import_module(public), name, None) is f:
+                return f"{public}.{name}"
+        except ImportError:  # pragma: no cover - a module JAX dropped
+            continue
+    return f"{module}.{name}"
 
 
 def registry_version() -> int:
@@ -359,6 +374,18 @@ def register_examples(f: Any, examples: Iterable[tuple]) -> None:
         checked.append(ex)
     with _lock:
         _examples.setdefault(rule_key(f), []).extend(checked)
+        _example_modules.setdefault(rule_key(f), _caller_module())
+
+
+def _caller_module() -> str:
+    """The first module up the stack outside this package's private modules."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if not (name.startswith("rules._") or name == "rules"):
+            return name
+        frame = frame.f_back
+    return "?"
 
 
 def examples_of(f: Any) -> list[tuple]:
@@ -366,6 +393,9 @@ def examples_of(f: Any) -> list[tuple]:
     return list(_examples.get(rule_key(f), []))
 
 
-def functions_with_examples() -> list[Any]:
-    """Every registry key that carries examples."""
-    return list(_examples)
+def functions_with_examples(modules: Iterable[str] | None = None) -> list[Any]:
+    """Every registry key that carries examples (registered by one of `modules`, if given)."""
+    if modules is None:
+        return list(_examples)
+    wanted = set(modules)
+    return [key for key in _examples if _example_modules.get(key) in wanted]

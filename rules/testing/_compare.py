@@ -1,0 +1,201 @@
+"""Comparing tangents: `test_approx`, `rand_tangent`, `with_tangent`, and their helpers.
+
+Tangents arrive in many forms (arrays, thunks, zeros, `Tangent`s, pytrees); everything here
+first turns them into a dense pytree shaped like the primal (`dense_like`), then compares
+leaf by leaf with a norm-based tolerance, as ChainRulesTestUtils' `isapprox` does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._lowering import _tangent_leaves
+from .._projection import is_differentiable_leaf
+from .._tangent import Tangent
+from .._thunks import unthunk
+from .._zeros import AbstractZero, NoTangent
+
+__all__ = ["WithTangent", "with_tangent", "rand_tangent", "test_approx", "dense_like", "default_tolerance"]
+
+
+class WithTangent(NamedTuple):
+    """An argument of `test_rrule`/`test_frule` with the tangent to probe it with."""
+
+    primal: Any
+    tangent: Any
+
+
+def with_tangent(x: Any, x_dot: Any) -> WithTangent:
+    """Mark an argument of a tester with its tangent; `with_tangent(n, NoTangent())` excludes it.
+
+    >>> from rules import NoTangent
+    >>> from rules.testing import with_tangent
+    >>> with_tangent(3, NoTangent()).tangent
+    NoTangent()
+
+    See also: `test_rrule`, `rand_tangent`.
+    """
+    return WithTangent(x, x_dot)
+
+
+def _perturbable(x: Any) -> bool:
+    return any(is_differentiable_leaf(leaf) for leaf in jax.tree_util.tree_leaves(x))
+
+
+def rand_tangent(x: Any, *, seed: int | np.random.Generator = 0) -> Any:
+    """A random tangent for `x`: same structure and dtypes; `NoTangent()` where x can't move.
+
+    Float and complex leaves get standard normal values (complex: both parts) of the leaf's
+    dtype; int, bool, str, None and other leaves get `NoTangent()`; a value with no
+    differentiable leaf at all gets `NoTangent()`.
+
+    >>> import jax.numpy as jnp
+    >>> from rules.testing import rand_tangent
+    >>> t = rand_tangent({"w": jnp.ones(2, jnp.float32), "n": 3}, seed=1)
+    >>> t["w"].dtype, t["n"]
+    (dtype('float32'), NoTangent())
+
+    See also: `with_tangent`, `test_rrule`.
+    """
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    if not _perturbable(x):
+        return NoTangent()
+
+    def leaf_tangent(leaf):
+        if not is_differentiable_leaf(leaf):
+            return NoTangent()
+        shape = np.shape(leaf)
+        dtype = np.dtype(jnp.result_type(leaf))
+        value = rng.standard_normal(shape)
+        if jnp.issubdtype(dtype, jnp.complexfloating):
+            value = value + 1j * rng.standard_normal(shape)
+        if isinstance(leaf, (float, complex)):
+            return type(leaf)(value)
+        return jnp.asarray(value, dtype)
+
+    return jax.tree_util.tree_map(leaf_tangent, x)
+
+
+def dense_like(t: Any, like: Any, *, name: str = "tangent", index: Any = "output") -> Any:
+    """`t` (array, thunk, zero, `Tangent` or pytree) as a pytree of arrays shaped like `like`.
+
+    Zeros become zero arrays of the leaf's tangent dtype; non-differentiable leaves stay as
+    they are in `like`.
+    """
+    leaves, tree = jax.tree_util.tree_flatten(like)
+    parts = _tangent_leaves(t, like, [is_differentiable_leaf(l) for l in leaves], name, index, ())
+    out = []
+    for leaf, part in zip(leaves, parts):
+        if not is_differentiable_leaf(leaf):
+            out.append(leaf)
+        elif part is None or isinstance(part, AbstractZero):
+            out.append(jnp.zeros(np.shape(leaf), jnp.result_type(leaf)))
+        else:
+            out.append(jnp.asarray(unthunk(part)))
+    return jax.tree_util.tree_unflatten(tree, out)
+
+
+def default_tolerance(*trees: Any) -> tuple[float, float]:
+    """(rtol, atol) for the lowest precision among the trees' float leaves."""
+    low = False
+    for tree in trees:
+        for leaf in jax.tree_util.tree_leaves(tree):
+            if is_differentiable_leaf(leaf) and np.dtype(jnp.result_type(leaf)).itemsize <= (
+                8 if jnp.iscomplexobj(leaf) else 4
+            ):
+                low = True
+    return (1e-4, 1e-6) if low else (1e-8, 1e-10)
+
+
+def _norm(x: Any) -> float:
+    return float(np.linalg.norm(np.ravel(np.asarray(x, dtype=np.complex128))))
+
+
+def close(a: Any, b: Any, rtol: float, atol: float) -> bool:
+    """ChainRulesTestUtils' isapprox on one leaf: |a - b| <= max(atol, rtol max(|a|, |b|))."""
+    a, b = np.asarray(a, np.complex128), np.asarray(b, np.complex128)
+    if a.shape != b.shape:
+        return False
+    return _norm(a - b) <= max(atol, rtol * max(_norm(a), _norm(b)))
+
+
+def compare_trees(got: Any, expected: Any, rtol: float, atol: float) -> tuple[float, list[str]]:
+    """Max relative error over the float leaves, and the paths of the leaves that differ."""
+    worst, bad = 0.0, []
+    got_leaves = jax.tree_util.tree_leaves(got)
+    for (path, exp), g in zip(jax.tree_util.tree_flatten_with_path(expected)[0], got_leaves):
+        if not is_differentiable_leaf(exp):
+            continue
+        err = _norm(np.asarray(g, np.complex128) - np.asarray(exp, np.complex128)) if np.shape(g) == np.shape(exp) else np.inf
+        worst = max(worst, err / max(_norm(exp), _norm(g), atol / max(rtol, 1e-300)))
+        if not close(g, exp, rtol, atol):
+            bad.append(jax.tree_util.keystr(path))
+    return worst, bad
+
+
+def _show(x: Any) -> str:
+    text = np.array2string(np.asarray(x), precision=10, threshold=20, max_line_width=100)
+    return text.replace("\n", "\n            ")
+
+
+def test_approx(actual: Any, expected: Any, msg: str = "", *, rtol: float | None = None, atol: float | None = None) -> None:
+    """Assert two tangents are approximately equal, whatever their forms.
+
+    Thunks are unthunked, zeros equal zero arrays, a `Tangent` equals a pytree with the same
+    fields, and arrays compare with `|a - b| <= max(atol, rtol * max(|a|, |b|))` per leaf
+    (chex checks the structure). Raises `AssertionError` naming the differing leaf.
+
+    >>> import jax.numpy as jnp
+    >>> from rules import Tangent, Thunk, ZeroTangent
+    >>> from rules.testing import test_approx
+    >>> test_approx(Thunk(lambda: {"a": jnp.ones(2), "b": 0.0}), Tangent(dict, a=jnp.ones(2)))
+    >>> test_approx(ZeroTangent(), jnp.array([0.0, 1e-3]))
+    Traceback (most recent call last):
+    ...
+    AssertionError: test_approx: the values differ at leaf <root>
+    ...
+
+    See also: `test_rrule`, `chex.assert_trees_all_close`.
+    """
+    actual, expected = unthunk(actual), unthunk(expected)
+    if isinstance(expected, (Tangent, AbstractZero)) and not isinstance(actual, (Tangent, AbstractZero)):
+        actual, expected = expected, actual
+    if isinstance(expected, AbstractZero) and isinstance(actual, AbstractZero):
+        return
+    like = expected
+    if isinstance(expected, Tangent):  # both Tangents: compare field by field
+        if not isinstance(actual, Tangent) or actual.primal_type is not expected.primal_type:
+            raise AssertionError(f"test_approx: {msg}\n  expected {expected!r}\n  got      {actual!r}")
+        keys = set(dict(expected.items())) | set(dict(actual.items()))
+        for key in keys:
+            test_approx(actual[key], expected[key], f"{msg} (field {key!r})", rtol=rtol, atol=atol)
+        return
+    try:
+        actual = dense_like(actual, like, name="test_approx")
+    except Exception as err:  # structure mismatch: say so in the tester's words
+        raise AssertionError(f"test_approx: {msg}\n  structures differ: {err}") from None
+    if rtol is None or atol is None:
+        d_rtol, d_atol = default_tolerance(like, actual)
+        rtol = d_rtol if rtol is None else rtol
+        atol = d_atol if atol is None else atol
+    chex.assert_trees_all_equal_structs(
+        jax.tree_util.tree_map(lambda _: 0, actual), jax.tree_util.tree_map(lambda _: 0, like)
+    )
+    _, bad = compare_trees(actual, like, rtol, atol)
+    if bad:
+        a_leaf = dict((jax.tree_util.keystr(p), v) for p, v in jax.tree_util.tree_flatten_with_path(actual)[0])
+        e_leaf = dict((jax.tree_util.keystr(p), v) for p, v in jax.tree_util.tree_flatten_with_path(like)[0])
+        where = bad[0] or "<root>"
+        raise AssertionError(
+            f"test_approx: the values differ at leaf {where}" + (f": {msg}" if msg else "")
+            + f"\n  expected: {_show(e_leaf[bad[0]])}\n  got:      {_show(a_leaf[bad[0]])}"
+            + f"\n  (rtol={rtol:g}, atol={atol:g})"
+        )
+
+
+test_approx.__test__ = False  # type: ignore[attr-defined]

@@ -1,0 +1,593 @@
+"""`test_rrule`, `test_frule`, `test_scalar`: rules checked against finite differences.
+
+Each tester checks the rule itself (conventions, arity, dtypes, shapes, values against
+finite differences in float64) and then the lowered primitive (`jax.vjp`/`jax.jvp` of it,
+under `jax.jit`, and `jax.vmap` batched against a Python loop). Failures raise
+`AssertionError` with a message that names the rule, the argument and its pytree path, and
+shows expected against got; success returns a `RuleReport`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._errors import describe_argument, format_message
+from .._primitive import Primitive, unwrap
+from .._projection import is_differentiable_leaf, tangent_dtype
+from .._registry import frule, function_name, has_frule, has_rrule, rrule
+from .._lowering import _tangent_leaves
+from .._thunks import InplaceableThunk, Thunk, unthunk
+from .._zeros import AbstractZero, NoTangent, ZeroTangent
+from ._compare import WithTangent, _perturbable, compare_trees, default_tolerance, dense_like, rand_tangent, test_approx
+from ._finite_differences import FDMethod, central_fdm, fd_jacobian, fd_jvp, fd_vjp
+
+__all__ = ["RuleReport", "test_rrule", "test_frule", "test_scalar"]
+
+EXACT_MODE_LIMIT = 2048  # input elements up to which "auto" computes the full J^T y_bar
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleReport:
+    """What a tester checked: the rule, its mode, the largest relative error, and the time."""
+
+    function: str
+    kind: str
+    mode: str
+    max_error: float
+    checks: tuple[str, ...]
+    seconds: float
+
+
+def _fail(tester: str, name: str, what: str, **sections: Any) -> None:
+    raise AssertionError(format_message(f"{tester}({name}): {what}", **sections))
+
+
+# ----- arguments ------------------------------------------------------------------------------
+def _unpack(args: tuple, seed: int) -> tuple[tuple, tuple]:
+    rng = np.random.default_rng(seed)
+    primals, tangents = [], []
+    for a in args:
+        if isinstance(a, WithTangent):
+            primals.append(a.primal)
+            tangents.append(a.tangent)
+        else:
+            primals.append(a)
+            tangents.append(rand_tangent(a, seed=rng))
+    return tuple(primals), tuple(tangents)
+
+
+def _upcast(tree: Any) -> Any:
+    def up(leaf):
+        if isinstance(leaf, (jax.Array, np.ndarray, np.generic)) and jnp.issubdtype(leaf.dtype, jnp.inexact):
+            wide = jnp.complex128 if jnp.iscomplexobj(leaf) else jnp.float64
+            return jnp.asarray(leaf, wide)
+        return leaf
+
+    return jax.tree_util.tree_map(up, tree)
+
+
+class _Problem:
+    """f with its non-perturbed arguments fixed: a function of the perturbed ones only."""
+
+    def __init__(self, f: Callable, primals: tuple, tangents: tuple, fkwargs: dict):
+        self.primals, self.fkwargs = primals, fkwargs
+        self.index = [i for i, (x, t) in enumerate(zip(primals, tangents)) if _perturbable(x) and not isinstance(t, NoTangent)]
+        self.raw, self.prim = unwrap(f), (f if isinstance(f, Primitive) else Primitive(f))
+        self.args = tuple(primals[i] for i in self.index)
+        self.tangents = tuple(dense_like(tangents[i], primals[i]) for i in self.index)
+
+    def merge(self, dargs: tuple) -> list:
+        full = list(self.primals)
+        for i, d in zip(self.index, dargs):
+            full[i] = d
+        return full
+
+    def raw_fn(self, *dargs):
+        return self.raw(*self.merge(dargs), **self.fkwargs)
+
+    def prim_fn(self, *dargs):
+        return self.prim(*self.merge(dargs), **self.fkwargs)
+
+    def size(self) -> int:
+        return sum(np.size(l) * (2 if jnp.iscomplexobj(l) else 1) for l in jax.tree_util.tree_leaves(self.args) if is_differentiable_leaf(l))
+
+
+def _conj(tree: Any) -> Any:
+    return jax.tree_util.tree_map(lambda x: jnp.conj(x) if jnp.iscomplexobj(x) else x, tree)
+
+
+def _jax_seed(y_bar_dense: Any, y: Any) -> Any:
+    """A ChainRules cotangent as JAX's vjp seed: conjugated, float0 for int outputs."""
+
+    def seed(yb, leaf):
+        if not is_differentiable_leaf(leaf):
+            return np.zeros(np.shape(leaf), jax.dtypes.float0)
+        return jnp.conj(yb) if jnp.iscomplexobj(leaf) else jnp.asarray(yb, jnp.result_type(leaf))
+
+    return jax.tree_util.tree_map(seed, y_bar_dense, y)
+
+
+def _real_inner(a: Any, b: Any) -> tuple[float, float]:
+    """Re<a, b> over the float leaves, and the sum of the absolute terms (a scale)."""
+    total, scale = 0.0, 0.0
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        if not is_differentiable_leaf(x) or not is_differentiable_leaf(y):
+            continue
+        terms = np.real(np.conj(np.asarray(x, np.complex128)) * np.asarray(y, np.complex128))
+        total += float(np.sum(terms))
+        scale += float(np.sum(np.abs(terms)))
+    return total, scale
+
+
+def _lowered_tol(*trees: Any) -> tuple[float, float]:
+    rtol, _ = default_tolerance(*trees)
+    return (2e-5, 1e-6) if rtol > 1e-6 else (1e-9, 1e-12)
+
+
+def _batch(tree: Any, rng: np.random.Generator) -> tuple[Any, Any]:
+    """Two slightly different copies of the float leaves stacked, and matching in_axes."""
+
+    def stack(leaf):
+        if not is_differentiable_leaf(leaf):
+            return leaf
+        other = jnp.asarray(leaf) + 0.05 * jnp.asarray(rand_tangent(jnp.asarray(leaf), seed=rng))
+        return jnp.stack([jnp.asarray(leaf), other.astype(jnp.result_type(leaf))])
+
+    axes = jax.tree_util.tree_map(lambda l: 0 if is_differentiable_leaf(l) else None, tree)
+    return jax.tree_util.tree_map(stack, tree), axes
+
+
+def _slice(tree: Any, axes: Any, k: int) -> Any:
+    return jax.tree_util.tree_map(lambda l, a: l if a is None else l[k], tree, axes)
+
+
+def _check_close(tester, name, what, got, expected, rtol, atol, argument=None) -> float:
+    worst, bad = compare_trees(got, expected, rtol, atol)
+    if bad:
+        g = dict((jax.tree_util.keystr(p), v) for p, v in jax.tree_util.tree_flatten_with_path(got)[0])
+        e = dict((jax.tree_util.keystr(p), v) for p, v in jax.tree_util.tree_flatten_with_path(expected)[0])
+        path = bad[0]
+        where = argument if path == "" else (f"{argument} at path {path}" if argument else f"leaf {path}")
+        _fail(
+            tester, name, what,
+            argument=where,
+            expected=np.array2string(np.asarray(e[path]), precision=10, threshold=12).replace("\n", " "),
+            got=np.array2string(np.asarray(g[path]), precision=10, threshold=12).replace("\n", " ")
+            + f"  (relative error {worst:.3g}; rtol={rtol:g}, atol={atol:g})",
+        )
+    return worst
+
+
+def _check_dtypes(tester, name, t, primal, index) -> None:
+    """Each leaf of the tangent `t` has exactly its primal leaf's shape and tangent dtype."""
+    leaves = jax.tree_util.tree_leaves(primal)
+    parts = _tangent_leaves(t, primal, [is_differentiable_leaf(l) for l in leaves], name, index, ())
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(primal)[0]]
+    for leaf, part, path in zip(leaves, parts, paths):
+        if part is None or isinstance(part, AbstractZero):
+            continue
+        part = unthunk(part)
+        want_shape, want_dtype = np.shape(leaf), tangent_dtype(leaf)
+        got_dtype = np.dtype(jnp.result_type(part))
+        if np.shape(part) != want_shape or (got_dtype != want_dtype and not isinstance(part, (float, complex))):
+            _fail(
+                tester, name, "the rule's tangent does not have its primal's shape and dtype",
+                argument=describe_argument(index, path),
+                expected=f"shape {want_shape}, dtype {want_dtype}",
+                got=f"shape {np.shape(part)}, dtype {got_dtype}",
+                fix="project it: `project_x = ProjectTo(x)` in the rule, `project_x(dx)` in the pullback "
+                "(sums broadcast dimensions? reduce them first)",
+            )
+
+
+# ----- test_rrule -----------------------------------------------------------------------------
+def test_rrule(
+    f: Callable,
+    *args: Any,
+    output_tangent: Any = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    fdm: FDMethod | None = None,
+    check_jit: bool = True,
+    check_vmap: bool = True,
+    check_thunked_output_tangent: bool = True,
+    mode: str = "auto",
+    seed: int = 0,
+    **fkwargs: Any,
+) -> RuleReport:
+    """Check the rrule of `f` at `args` against finite differences and through JAX.
+
+    Arguments may be marked `with_tangent(x, x_dot)`; `with_tangent(n, NoTangent())`
+    leaves an argument out. Checks: a rule applies; its primal equals `f(*args)`; the
+    pullback returns `1 + nargs` cotangents; arguments that cannot be perturbed get
+    `NoTangent()`; each cotangent has its primal's shape and dtype and matches finite
+    differences (mode "exact": the full `J^T y_bar`; "fast": `<y_bar, J x_dot>` against
+    `<x_bar, x_dot>` along a random direction per argument; "auto": exact up to 2048 input
+    elements); a thunked seed gives the same cotangents; `InplaceableThunk`s agree; and the
+    lowered primitive's `jax.vjp` equals the pullback eagerly, under `jax.jit`, and under
+    `jax.vmap` (batched equals looped). float32 rules are differenced in float64 with looser
+    default tolerances.
+
+    >>> import jax.numpy as jnp
+    >>> import rules
+    >>> from rules.testing import test_rrule
+    >>> @rules.primitive
+    ... def cube(x):
+    ...     return x ** 3
+    >>> @cube.rrule
+    ... def cube_rrule(x):
+    ...     def cube_pullback(y_bar):
+    ...         return rules.NoTangent(), y_bar * 3 * x ** 2
+    ...     return cube(x), cube_pullback
+    >>> test_rrule(cube, jnp.array([1.0, 2.0])).mode
+    'exact'
+
+    Raises:
+      AssertionError: a check failed; the message names the rule, the argument, expected vs got.
+
+    See also: `test_frule`, `test_scalar`, `with_tangent`, `test_approx`.
+    """
+    start = time.perf_counter()
+    tester, name = "test_rrule", function_name(f)
+    primals, tangents = _unpack(args, seed)
+    if rrule.lookup(f, primals) is None:
+        _fail(tester, name, "no rrule applies",
+              got="arguments of types (" + ", ".join(type(x).__name__ for x in primals) + ")",
+              fix=f"register one with `@rules.rrule.register({name})` (or `@{name}.rrule`)")
+    y, pullback = rrule(f, *primals, **fkwargs)
+    problem = _Problem(f, primals, tangents, fkwargs)
+    y_expected = problem.raw(*primals, **fkwargs)
+    try:
+        test_approx(y, y_expected, rtol=rtol, atol=atol)
+    except AssertionError as err:
+        _fail(tester, name, f"the rrule's primal output differs from f(*args)\n{err}")
+    y_bar = rand_tangent(y, seed=seed + 1) if output_tangent is None else output_tangent
+    y_bar_dense = dense_like(y_bar, y)
+    cts = _check_arity(tester, name, pullback(y_bar), len(primals))
+    checks = ["primal", "arity"]
+    if not isinstance(unthunk(cts[0]), AbstractZero):
+        _fail(tester, name, "the cotangent of the function itself must be NoTangent() for a plain function",
+              argument="f_bar (entry 0)", expected="NoTangent()", got=repr(cts[0]))
+    dense = {}
+    for i, (x, ct) in enumerate(zip(primals, cts[1:])):
+        if not _perturbable(x):
+            _check_no_tangent(tester, name, i, ct)
+            continue
+        if i not in problem.index:
+            continue
+        for part in jax.tree_util.tree_leaves(ct, is_leaf=lambda t: isinstance(t, InplaceableThunk)):
+            if isinstance(part, InplaceableThunk):
+                _check_inplaceable(tester, name, i, part, x)
+        _check_dtypes(tester, name, unthunk(ct), x, i)
+        dense[i] = dense_like(ct, x, name=name, index=i)
+    checks.append("dtypes")
+    if rtol is None or atol is None:
+        d_rtol, d_atol = default_tolerance(primals, y)
+        rtol, atol = (d_rtol if rtol is None else rtol), (d_atol if atol is None else atol)
+
+    # finite differences, in float64
+    m = fdm or central_fdm(5, 1)
+    n = problem.size()
+    use_mode = ("exact" if n <= EXACT_MODE_LIMIT else "fast") if mode == "auto" else mode
+    if use_mode not in ("exact", "fast"):
+        raise ValueError(f"`test_rrule`: mode must be 'auto', 'exact' or 'fast'; got {mode!r}.")
+    worst = 0.0
+    if problem.index:
+        args64, y_bar64 = _upcast(problem.args), _upcast(y_bar_dense)
+        if use_mode == "exact":
+            expected = fd_vjp(m, problem.raw_fn, y_bar64, args64)
+            for i, exp in zip(problem.index, expected):
+                worst = max(worst, _check_close(tester, name, "cotangent does not match finite differences",
+                                                dense[i], exp, rtol, atol, describe_argument(i)))
+        else:
+            worst = _fast_check(tester, name, problem, m, args64, y_bar64, dense, rtol, atol)
+        checks.append(f"finite differences ({use_mode})")
+
+    if check_thunked_output_tangent:
+        again = _check_arity(tester, name, pullback(Thunk(lambda: y_bar)), len(primals))
+        for i in dense:
+            _check_close(tester, name, "a thunked seed gives a different cotangent",
+                         dense_like(again[1 + i], primals[i]), dense[i], 1e-12, 1e-14, describe_argument(i))
+        checks.append("thunked seed")
+
+    if problem.index:
+        checks += _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, check_vmap, seed)
+    return RuleReport(name, "rrule", use_mode, worst, tuple(checks), time.perf_counter() - start)
+
+
+def _fast_check(tester, name, problem, m, args64, y_bar64, dense, rtol, atol) -> float:
+    """`<y_bar, J x_dot>` (finite differences) against `<x_bar, x_dot>` (the rule), per argument.
+
+    Two directions per argument: the rule's own cotangent (no cancellation in the inner
+    product, so any relative error of the rule along it shows at its own size, whatever the
+    input size) and a random direction (catches errors orthogonal to the rule's answer).
+    """
+    zeros = tuple(jax.tree_util.tree_map(jnp.zeros_like, a) for a in args64)
+    worst = 0.0
+    for k, i in enumerate(problem.index):
+        own = _upcast(dense[i])
+        norm = np.sqrt(_real_inner(own, own)[0])
+        probes = [("a random direction", _upcast(problem.tangents[k]))]
+        if norm > 0:
+            probes.insert(0, ("the rule's own cotangent", jax.tree_util.tree_map(lambda v: v / norm, own)))
+        for label, x_dot in probes:
+            direction = zeros[:k] + (x_dot,) + zeros[k + 1 :]
+            lhs, s1 = _real_inner(y_bar64, fd_jvp(m, problem.raw_fn, args64, direction))
+            rhs, s2 = _real_inner(own, x_dot)
+            err = abs(lhs - rhs) / max(s1, s2, 1e-300)
+            worst = max(worst, err)
+            if abs(lhs - rhs) > atol + rtol * max(s1, s2):
+                _fail(tester, name, f"cotangent does not match finite differences along {label}",
+                      argument=describe_argument(i),
+                      expected=f"<y_bar, J x_dot> = {lhs:.12g} (finite differences)",
+                      got=f"<x_bar, x_dot> = {rhs:.12g} from the rule (relative error {err:.3g}; rtol={rtol:g})")
+    return worst
+
+
+def _check_arity(tester, name, cts, nargs) -> tuple:
+    if not isinstance(cts, tuple):
+        _fail(tester, name, "the pullback must return a tuple (f_bar, x1_bar, ..., xn_bar)",
+              expected=f"a tuple of {1 + nargs}", got=type(cts).__name__)
+    if len(cts) != 1 + nargs:
+        _fail(tester, name, "the pullback returned the wrong number of cotangents",
+              expected=f"{1 + nargs} (f_bar first, then one per argument)", got=str(len(cts)),
+              fix="return (NoTangent(), x1_bar, ..., xn_bar)")
+    return cts
+
+
+def _check_no_tangent(tester, name, i, ct) -> None:
+    value = unthunk(ct)
+    if isinstance(value, NoTangent):
+        return
+    if isinstance(value, ZeroTangent):
+        _fail(tester, name, "an argument that cannot be perturbed got ZeroTangent()",
+              argument=describe_argument(i), expected="NoTangent()", got="ZeroTangent()",
+              fix="return NoTangent(): ZeroTangent says perturbing the input changes nothing, "
+              "NoTangent says it cannot be perturbed at all (ints, bools, strings, indices)")
+    _fail(tester, name, "an argument that cannot be perturbed got a cotangent",
+          argument=describe_argument(i), expected="NoTangent()", got=f"{type(value).__name__}")
+
+
+def _check_inplaceable(tester, name, i, part: InplaceableThunk, x) -> None:
+    try:
+        leaf_like = jnp.asarray(unthunk(part.val))
+    except Exception:  # noqa: BLE001 - reported below as a failure of the thunk itself
+        leaf_like = None
+    if leaf_like is None:
+        _fail(tester, name, "the InplaceableThunk's val cannot be evaluated", argument=describe_argument(i))
+    acc = jnp.asarray(rand_tangent(leaf_like, seed=7))
+    added, plain = part.add_fn(acc), acc + unthunk(part.val)
+    _check_close(tester, name, "InplaceableThunk: add_fn(acc) differs from acc + val",
+                 added, plain, 1e-10, 1e-12, describe_argument(i))
+
+
+def _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, check_vmap, seed) -> list[str]:
+    def vjp_cr(dargs, y_bar):
+        out, back = jax.vjp(problem.prim_fn, *dargs)
+        return out, _conj(back(_jax_seed(y_bar, out)))
+
+    rtol, atol = _lowered_tol(problem.args, y)
+    want = tuple(dense[i] for i in problem.index)
+    done = []
+    variants = [("jax.vjp", vjp_cr)] + ([("jax.jit(jax.vjp)", jax.jit(vjp_cr))] if check_jit else [])
+    for label, fn in variants:
+        out, got = fn(problem.args, y_bar_dense)
+        for i, g, w in zip(problem.index, got, want):
+            _check_close(tester, name, f"the lowered primitive's {label} differs from the pullback",
+                         g, w, rtol, atol, describe_argument(i))
+        done.append(label)
+    if check_vmap:
+        rng = np.random.default_rng(seed + 3)
+        args_b, args_axes = _batch(problem.args, rng)
+        ybar_b, ybar_axes = _batch(y_bar_dense, rng)
+        batched = jax.vmap(vjp_cr, in_axes=(args_axes, ybar_axes))(args_b, ybar_b)
+        for k in range(2):
+            looped = vjp_cr(_slice(args_b, args_axes, k), _slice(ybar_b, ybar_axes, k))
+            got = jax.tree_util.tree_map(lambda b: b[k], batched)
+            _check_close(tester, name, f"jax.vmap: batched differs from looped (batch element {k})",
+                         got, looped, rtol, atol)
+        done.append("jax.vmap")
+    return done
+
+
+# ----- test_frule -----------------------------------------------------------------------------
+def test_frule(
+    f: Callable,
+    *args: Any,
+    rtol: float | None = None,
+    atol: float | None = None,
+    fdm: FDMethod | None = None,
+    check_jit: bool = True,
+    check_vmap: bool = True,
+    seed: int = 0,
+    **fkwargs: Any,
+) -> RuleReport:
+    """Check the frule of `f` at `args` against finite differences and through JAX.
+
+    Checks: a rule applies; its primal equals `f(*args)`; the tangent has the output's
+    shape and dtype and matches `fd_jvp`; where the primitive is lowered through
+    `jax.custom_jvp` (no rrule), `jax.jvp` of it equals the frule, under `jax.jit` and
+    `jax.vmap`; where an rrule exists too, the transposition identity
+    `<y_bar, frule(x_dot)> == <rrule(y_bar), x_dot>` (ChainRules' convention) holds.
+
+    >>> import rules
+    >>> from rules.testing import test_frule
+    >>> @rules.primitive
+    ... def square(x):
+    ...     return x * x
+    >>> @square.frule
+    ... def square_frule(tangents, x):
+    ...     return square(x), 2 * x * tangents[1]
+    >>> test_frule(square, 3.0).kind
+    'frule'
+
+    Raises:
+      AssertionError: a check failed; the message names the rule, expected vs got.
+
+    See also: `test_rrule`, `test_scalar`, `with_tangent`.
+    """
+    start = time.perf_counter()
+    tester, name = "test_frule", function_name(f)
+    primals, tangents = _unpack(args, seed)
+    if frule.lookup(f, primals) is None:
+        _fail(tester, name, "no frule applies",
+              got="arguments of types (" + ", ".join(type(x).__name__ for x in primals) + ")",
+              fix=f"register one with `@rules.frule.register({name})` (or `@{name}.frule`)")
+    problem = _Problem(f, primals, tangents, fkwargs)
+    y, y_dot = frule((NoTangent(), *tangents), f, *primals, **fkwargs)
+    try:
+        test_approx(y, problem.raw(*primals, **fkwargs), rtol=rtol, atol=atol)
+    except AssertionError as err:
+        _fail(tester, name, f"the frule's primal output differs from f(*args)\n{err}")
+    _check_dtypes(tester, name, unthunk(y_dot), y, "output")
+    y_dot_dense = dense_like(y_dot, y, name=name)
+    if rtol is None or atol is None:
+        d_rtol, d_atol = default_tolerance(primals, y)
+        rtol, atol = (d_rtol if rtol is None else rtol), (d_atol if atol is None else atol)
+    checks, worst = ["primal", "dtypes"], 0.0
+    if problem.index:
+        expected = fd_jvp(fdm or central_fdm(5, 1), problem.raw_fn, _upcast(problem.args), _upcast(problem.tangents))
+        worst = _check_close(tester, name, "tangent does not match finite differences", y_dot_dense, expected,
+                             rtol, atol, "the output")
+        checks.append("finite differences")
+        if not has_rrule(f, *primals):
+            checks += _check_lowered_jvp(tester, name, problem, y_dot_dense, y, check_jit, check_vmap, seed)
+        else:
+            y_bar = rand_tangent(y, seed=seed + 1)
+            _, pullback = rrule(f, *primals, **fkwargs)
+            cts = pullback(y_bar)
+            lhs, s1 = _real_inner(dense_like(y_bar, y), y_dot_dense)
+            rhs, s2 = 0.0, 0.0
+            for k, i in enumerate(problem.index):
+                r, s = _real_inner(dense_like(cts[1 + i], primals[i]), problem.tangents[k])
+                rhs, s2 = rhs + r, s2 + s
+            if abs(lhs - rhs) > atol + rtol * max(s1, s2):
+                _fail(tester, name, "the frule and the rrule are not transposes of each other",
+                      expected=f"<y_bar, frule(x_dot)> = {lhs:.12g}",
+                      got=f"<rrule(y_bar), x_dot> = {rhs:.12g}",
+                      fix="one of the two rules is wrong (check conj() in the rrule of complex functions)")
+            checks.append("frule/rrule transposition")
+    return RuleReport(name, "frule", "exact", worst, tuple(checks), time.perf_counter() - start)
+
+
+def _check_lowered_jvp(tester, name, problem, y_dot_dense, y, check_jit, check_vmap, seed) -> list[str]:
+    def jvp(dargs, dtangents):
+        return jax.jvp(problem.prim_fn, tuple(dargs), tuple(dtangents))
+
+    rtol, atol = _lowered_tol(problem.args, y)
+    done = []
+    variants = [("jax.jvp", jvp)] + ([("jax.jit(jax.jvp)", jax.jit(jvp))] if check_jit else [])
+    for label, fn in variants:
+        _, got = fn(problem.args, problem.tangents)
+        _check_close(tester, name, f"the lowered primitive's {label} differs from the frule", got, y_dot_dense,
+                     rtol, atol, "the output")
+        done.append(label)
+    if check_vmap:
+        rng = np.random.default_rng(seed + 3)
+        args_b, axes = _batch(problem.args, rng)
+        tangents_b, t_axes = _batch(problem.tangents, rng)
+        batched = jax.vmap(jvp, in_axes=(axes, t_axes))(args_b, tangents_b)
+        for k in range(2):
+            looped = jvp(_slice(args_b, axes, k), _slice(tangents_b, t_axes, k))
+            _check_close(tester, name, f"jax.vmap: batched differs from looped (batch element {k})",
+                         jax.tree_util.tree_map(lambda b: b[k], batched), looped, rtol, atol)
+        done.append("jax.vmap")
+    return done
+
+
+# ----- test_scalar ----------------------------------------------------------------------------
+_PARTIALS = (("Re y", "Re z"), ("Re y", "Im z"), ("Im y", "Re z"), ("Im y", "Im z"))
+
+
+def test_scalar(
+    f: Callable,
+    z: Any,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+    fdm: FDMethod | None = None,
+    **kwargs: Any,
+) -> list[RuleReport]:
+    """Check the rules of a scalar function `f` at `z`, real or complex.
+
+    Runs `test_frule` and `test_rrule` (whichever rules exist). For complex `z` the rules
+    are probed in the real and the imaginary direction, and all four real partials of the
+    2x2 Jacobian (Re y, Im y) / (Re z, Im z) are compared with finite differences, in
+    ChainRules' convention (`x_bar = dRe(y_bar* y)/dRe z + i dRe(y_bar* y)/dIm z`).
+
+    >>> import jax.numpy as jnp
+    >>> import rules
+    >>> from rules.testing import test_scalar
+    >>> @rules.primitive
+    ... def csquare(z):
+    ...     return z * z
+    >>> _ = rules.scalar_rule(csquare, lambda z, y: 2 * z)
+    >>> [r.kind for r in test_scalar(csquare, 1.0 + 2.0j)]
+    ['frule', 'rrule', 'frule', 'rrule']
+
+    See also: `test_frule`, `test_rrule`.
+    """
+    from ._compare import with_tangent
+
+    name = function_name(f)
+    has_fr, has_rr = has_frule(f, z), has_rrule(f, z)
+    if not (has_fr or has_rr):
+        _fail("test_scalar", name, "no rule applies", got=f"an argument of type {type(z).__name__}",
+              fix=f"define one, e.g. `rules.scalar_rule({name}, partials)`")
+    opts = dict(rtol=rtol, atol=atol, fdm=fdm, **kwargs)
+    reports: list[RuleReport] = []
+    directions = (1.0, 1.0j) if jnp.iscomplexobj(z) else (1.0,)
+    dtype = jnp.result_type(z)
+    for d in directions:
+        if has_fr:
+            reports.append(test_frule(f, with_tangent(z, jnp.asarray(d, dtype)), **opts))
+        if has_rr:
+            y = unwrap(f)(z)
+            reports.append(test_rrule(f, z, output_tangent=jnp.asarray(d, jnp.result_type(y)) if jnp.iscomplexobj(y) else jnp.asarray(d.real, jnp.result_type(y)), **opts))
+    if jnp.iscomplexobj(z):
+        _check_partials(f, z, has_fr, has_rr, rtol, atol, fdm)
+    return reports
+
+
+def _check_partials(f, z, has_fr, has_rr, rtol, atol, fdm) -> None:
+    name = function_name(f)
+    raw = unwrap(f)
+    (jac,) = fd_jacobian(fdm or central_fdm(5, 1), raw, _upcast(jnp.asarray(z)))
+    y = raw(z)
+    complex_out = jnp.iscomplexobj(y)
+    d_rtol, d_atol = default_tolerance(z, y)
+    rtol, atol = (d_rtol if rtol is None else rtol), (d_atol if atol is None else atol)
+    fd = {p: float(jac[r, c]) for p, (r, c) in zip(_PARTIALS, [(0, 0), (0, 1), (1, 0), (1, 1)]) if r < jac.shape[0]}
+    got: dict[tuple[str, str], float] = {}
+    dtype = jnp.result_type(z)
+    if has_fr:
+        for col, d in (("Re z", 1.0), ("Im z", 1.0j)):
+            _, y_dot = frule((NoTangent(), jnp.asarray(d, dtype)), f, z)
+            y_dot = complex(unthunk(y_dot))
+            got[("Re y", col)] = y_dot.real
+            if complex_out:
+                got[("Im y", col)] = y_dot.imag
+    if has_rr:
+        rows = (("Re y", 1.0), ("Im y", 1.0j)) if complex_out else (("Re y", 1.0),)
+        for row, d in rows:
+            _, pullback = rrule(f, z)
+            x_bar = complex(unthunk(pullback(jnp.asarray(d, jnp.result_type(y)) if complex_out else d)[1]))
+            for col, value in (("Re z", x_bar.real), ("Im z", x_bar.imag)):
+                if (row, col) in got and abs(got[(row, col)] - value) > atol + rtol * abs(value):
+                    _fail("test_scalar", name, f"frule and rrule disagree on d({row})/d({col})",
+                          expected=f"{got[(row, col)]:.12g} (frule)", got=f"{value:.12g} (rrule)")
+                got[(row, col)] = value
+    for key, value in got.items():
+        if abs(value - fd[key]) > atol + rtol * max(abs(fd[key]), abs(value)):
+            _fail("test_scalar", name, f"the partial d({key[0]})/d({key[1]}) does not match finite differences",
+                  expected=f"{fd[key]:.12g} (finite differences)", got=f"{value:.12g} (rule)")
+
+
+for _tester in (test_rrule, test_frule, test_scalar):
+    _tester.__test__ = False  # type: ignore[attr-defined]
