@@ -1,0 +1,835 @@
+"""Finite differences for checking rules: FiniteDifferences.jl's methods, batched with JAX.
+
+A method `m = central_fdm(p, q)` holds a stencil with exact coefficients. `m(f, x)` picks a
+step for a scalar function; `fd_jvp`, `fd_vjp` and `fd_jacobian` difference any pytree
+function through `to_vec`, evaluating the whole stencil in one `jax.jit(jax.vmap(f))` call.
+Everything runs in float64, whatever `jax_enable_x64` says globally.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from fractions import Fraction
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    # methods
+    "FDMethod",
+    "central_fdm",
+    "forward_fdm",
+    "backward_fdm",
+    "extrapolate_fdm",
+    # pytrees as vectors
+    "to_vec",
+    # derivatives of pytree functions
+    "fd_jvp",
+    "fd_vjp",
+    "fd_jacobian",
+]
+
+PyTree = Any
+_EPS = float(np.finfo(np.float64).eps)
+_CONDITION = 10.0  # assumed bound on |f^(p)| when no derivative is estimated (adapt=0)
+_MAX_STEP_FACTOR = 1000.0  # a chosen step never exceeds this multiple of the default step
+
+
+def _x64(name: str):
+    """A context in which float64 exists, whatever the global `jax_enable_x64` says."""
+    enable = getattr(jax, "enable_x64", None)
+    if enable is not None:
+        return enable(True)
+    if not jax.config.jax_enable_x64:
+        raise RuntimeError(
+            f"`{name}` differences in float64, but float64 is disabled in this JAX; call "
+            "`jax.config.update('jax_enable_x64', True)` before using finite differences."
+        )
+    return contextlib.nullcontext()
+
+
+def _combine(weights: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """sum_i w_i values[i], taken relative to values[0] (weights sum to 0 when q >= 1), so
+    a function that does not change gives exactly 0."""
+    return np.tensordot(weights, values - values[:1], axes=1)
+
+
+def _representable(x: Any, h: Any) -> np.ndarray:
+    """Steps near h that x + step represents exactly, (x + h) - x, entry by entry."""
+    snapped = (np.asarray(x, np.float64) + h) - x
+    return np.where(snapped != 0, snapped, h)
+
+
+# ------------------------------------------------------------------------------------------
+# Methods: a grid, exact coefficients, and the choice of step
+# ------------------------------------------------------------------------------------------
+
+
+def _make_grid(kind: str, p: int) -> tuple[int, ...]:
+    if kind == "forward":
+        return tuple(range(p))
+    if kind == "backward":
+        return tuple(range(1 - p, 1))
+    half = p // 2  # central: symmetric; an even p skips 0, as in FiniteDifferences.jl
+    return tuple(g for g in range(-half, half + 1) if p % 2 or g != 0)
+
+
+def _exact_coefs(grid: tuple[int, ...], q: int) -> tuple[Fraction, ...]:
+    """Solve the Vandermonde system sum_i c_i g_i^k = q! [k == q], k < p, in rationals."""
+    p = len(grid)
+    rows = [
+        [Fraction(g) ** k for g in grid] + [Fraction(math.factorial(q) if k == q else 0)]
+        for k in range(p)
+    ]
+    for col in range(p):  # Gauss-Jordan; distinct grid points make the system regular
+        pivot = next(r for r in range(col, p) if rows[r][col] != 0)
+        rows[col], rows[pivot] = rows[pivot], rows[col]
+        rows[col] = [a / rows[col][col] for a in rows[col]]
+        for r in range(p):
+            if r != col and rows[r][col] != 0:
+                scale = rows[r][col]
+                rows[r] = [a - scale * b for a, b in zip(rows[r], rows[col])]
+    return tuple(row[-1] for row in rows)
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class FDMethod:
+    """A finite-difference method: `p` grid points estimating the `q`-th derivative.
+
+    Build one with `central_fdm`, `forward_fdm` or `backward_fdm`; call it as `m(f, x)`.
+    Attributes: `grid` (integer offsets), `coefs` (float64 weights), `exact_coefs`
+    (`Fraction`s), `adapt`, `max_range`, `factor`.
+
+    >>> central_fdm(3, 1).exact_coefs
+    (Fraction(-1, 2), Fraction(0, 1), Fraction(1, 2))
+
+    See also: central_fdm, extrapolate_fdm, fd_jacobian.
+    """
+
+    kind: str
+    p: int
+    q: int
+    adapt: int = 1
+    max_range: float = math.inf
+    factor: float = 1.0
+    grid: tuple[int, ...] = dataclasses.field(init=False)
+    exact_coefs: tuple[Fraction, ...] = dataclasses.field(init=False, compare=False)
+    coefs: tuple[float, ...] = dataclasses.field(init=False, compare=False)
+
+    def __post_init__(self):
+        name = f"{self.kind}_fdm"
+        if self.kind not in ("central", "forward", "backward"):
+            raise ValueError(
+                f"`FDMethod`: `kind` must be 'central', 'forward' or 'backward', got {self.kind!r}."
+            )
+        for arg in ("p", "q", "adapt"):
+            value = getattr(self, arg)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"`{name}`: `{arg}` must be an int, got {value!r}.")
+        if self.q < 1:
+            raise ValueError(f"`{name}`: the derivative order `q` must be >= 1, got q={self.q}.")
+        if self.p <= self.q:
+            raise ValueError(
+                f"`{name}`: need more grid points than the derivative order (p > q), got "
+                f"p={self.p}, q={self.q}; use p >= {self.q + 1}, e.g. "
+                f"{name}({self.q + 2}, {self.q})."
+            )
+        if self.adapt < 0:
+            raise ValueError(f"`{name}`: `adapt` must be >= 0, got {self.adapt}.")
+        if not self.max_range > 0:
+            raise ValueError(f"`{name}`: `max_range` must be > 0, got {self.max_range!r}.")
+        if not 0 < self.factor < math.inf:
+            raise ValueError(
+                f"`{name}`: `factor` must be positive and finite, got {self.factor!r}."
+            )
+        grid = _make_grid(self.kind, self.p)
+        exact = _exact_coefs(grid, self.q)
+        set_ = object.__setattr__
+        set_(self, "grid", grid)
+        set_(self, "exact_coefs", exact)
+        set_(self, "coefs", tuple(float(c) for c in exact))
+        # Only points with a nonzero weight are ever evaluated.
+        used = [(g, c) for g, c in zip(grid, exact) if c != 0]
+        set_(self, "_offsets", np.array([g for g, _ in used], dtype=np.float64))
+        set_(self, "_weights", np.array([float(c) for _, c in used]))
+        # Error model: roundoff eps |f| sum|c| / h^q, truncation |f^(p)| sum|c g^p| / p! h^(p-q).
+        set_(self, "_roundoff", float(sum(abs(c) for _, c in used)))
+        truncation = sum(abs(c * Fraction(g) ** self.p) for g, c in used)
+        set_(self, "_truncation", float(truncation / math.factorial(self.p)))
+
+    def __repr__(self) -> str:
+        extras = "".join(
+            f", {k}={getattr(self, k)!r}"
+            for k, default in (("max_range", math.inf), ("factor", 1.0))
+            if getattr(self, k) != default
+        )
+        coefs = ", ".join(str(c) for c in self.exact_coefs)
+        return (
+            f"<FDMethod {self.kind}_fdm({self.p}, {self.q}): grid={self.grid}, "
+            f"coefs=({coefs}), adapt={self.adapt}{extras}>"
+        )
+
+    def __call__(self, f: Callable, x: Any, *, step: float | None = None) -> float:
+        """Estimate the q-th derivative of the scalar function `f` at the scalar `x`.
+
+        Args:
+          f: a JAX-traceable function from a float64 scalar to a real scalar.
+          x: a Python number or 0-d real array.
+          step: the step h; chosen by `estimate_step` when omitted.
+
+        Returns:
+          The estimate, a Python float.
+
+        >>> round(central_fdm(5, 1)(jnp.sin, 1.0), 10)  # cos(1.0)
+        0.5403023059
+
+        See also: FDMethod.estimate_step, extrapolate_fdm.
+        """
+        name = f"{self.kind}_fdm(...)(f, x)"
+        with _x64(name):
+            sampler = _scalar_sampler(self, f, x, name, self._batch_size() if step is None else 0)
+            step = _check_step(name, self._estimate_step(sampler)[0] if step is None else step)
+            return self._apply(sampler, float(_representable(sampler.flat.x[0], step)))
+
+    def estimate_step(self, f: Callable, x: Any) -> tuple[float, float]:
+        """Choose the step for `m(f, x)` and bound the error of the resulting estimate.
+
+        With `adapt >= 1` the p-th derivative of `f` near `x` is estimated by a method of
+        one more point (itself adapted `adapt - 1` times); the step then minimises
+        roundoff + truncation error, capped by `max_range`.
+
+        Args:
+          f: a JAX-traceable function from a float64 scalar to a real scalar.
+          x: a Python number or 0-d real array.
+
+        Returns:
+          `(step, error_estimate)`, two Python floats.
+
+        >>> step, err = central_fdm(5, 1).estimate_step(jnp.sin, 1.0)
+        >>> bool(1e-4 < step < 1e-2 and err < 1e-11)
+        True
+
+        See also: FDMethod.__call__.
+        """
+        name = f"{self.kind}_fdm(...).estimate_step(f, x)"
+        with _x64(name):
+            return self._estimate_step(_scalar_sampler(self, f, x, name, self._batch_size()))
+
+    # -- step selection; `sampler(ts)` returns f and |f| scales at x + ts (one batch) --
+
+    @property
+    def _bound_estimator(self) -> FDMethod | None:
+        if self.adapt == 0:
+            return None
+        # Half the range: its estimates at neighbouring points reach twice as far.
+        p, half_range = self.p, self.max_range / 2
+        return FDMethod(self.kind, p + 1, p, self.adapt - 1, half_range, self.factor)
+
+    def _batch_size(self) -> int:
+        """The largest batch that step selection and the estimate itself evaluate."""
+        size, b = len(self._offsets), self._bound_estimator
+        while b is not None:
+            size = max(size, len(b._neighbourhood()))
+            b = b._bound_estimator
+        return size
+
+    def _neighbourhood(self) -> list[int]:
+        return sorted({int(a + g) for a in self.grid for g in self._offsets})
+
+    def _choose_step(self, deriv_bound: float, f_error: float) -> tuple[float, float]:
+        """Minimise the error bound c1 / h^q + c2 h^(p-q) (roundoff + truncation) over h, up
+        to `max_range` and 1000 default steps; return h and the bound there."""
+        p, q = self.p, self.q
+
+        def argmin(c1: float, c2: float) -> float:
+            return (q / (p - q) * c1 / c2) ** (1 / p)
+
+        c1 = f_error * self.factor * self._roundoff
+        c2 = deriv_bound * self._truncation
+        default = argmin(_EPS * self.factor * self._roundoff, _CONDITION * self._truncation)
+        h_max = min(_MAX_STEP_FACTOR * default, self.max_range / max(abs(g) for g in self.grid))
+        h = min(argmin(c1, c2), h_max)
+        return h, c1 / h**q + c2 * h ** (p - q)
+
+    def _estimate_step(self, sampler: _Sampler) -> tuple[float, float]:
+        b = self._bound_estimator
+        if b is not None:
+            deriv_bound, f_scale = b._magnitudes(sampler)
+            if 0 < deriv_bound < math.inf and 0 < f_scale < math.inf:
+                return self._choose_step(deriv_bound, _EPS * f_scale)
+        return self._choose_step(_CONDITION, _EPS)
+
+    def _magnitudes(self, sampler: _Sampler) -> tuple[float, float]:
+        """max |q-th derivative| at the grid points around x, and max |f| seen there."""
+        step, _ = self._estimate_step(sampler)
+        points = self._neighbourhood()
+        values, scales = sampler(np.array(points, dtype=np.float64) * step)
+        at = dict(zip(points, values))
+        derivs = [
+            sum(c * at[int(a + g)] for g, c in zip(self._offsets, self._weights)) / step**self.q
+            for a in self.grid
+        ]
+        return float(np.max(np.abs(derivs))), float(np.max(scales))
+
+    def _apply(self, sampler: _Sampler, step: float) -> float:
+        values, _ = sampler(self._offsets * step)
+        return float(_combine(self._weights, values) / step**self.q)
+
+    def _error_exponents(self, count: int) -> list[int]:
+        """Powers of h in the error expansion: k - q for each k >= p with sum c g^k != 0."""
+        exponents, k = [], self.p
+        while len(exponents) < count:
+            if sum(c * Fraction(g) ** k for g, c in zip(self.grid, self.exact_coefs)) != 0:
+                exponents.append(k - self.q)
+            k += 1
+        return exponents
+
+
+def central_fdm(
+    p: int, q: int, *, adapt: int = 1, max_range: float = math.inf, factor: float = 1.0
+) -> FDMethod:
+    """A central method: `p` points symmetric around 0 for the `q`-th derivative.
+
+    Odd `p` uses -(p-1)/2..(p-1)/2; even `p` skips 0 (FiniteDifferences.jl's grid).
+
+    Args:
+      p: number of grid points, > q.
+      q: derivative order, >= 1.
+      adapt: levels of derivative estimation used to choose the step (0: a fixed guess).
+      max_range: bound on |h * grid|, to stay inside the domain of f.
+      factor: multiplies the assumed roundoff error of f (raise it for noisy f).
+
+    Returns:
+      An `FDMethod`.
+
+    >>> central_fdm(5, 1)
+    <FDMethod central_fdm(5, 1): grid=(-2, -1, 0, 1, 2), coefs=(1/12, -2/3, 0, 2/3, -1/12), adapt=1>
+    >>> round(central_fdm(5, 2)(jnp.exp, 0.0), 8)
+    1.0
+
+    See also: forward_fdm, backward_fdm, extrapolate_fdm.
+    """
+    return FDMethod("central", p, q, adapt, max_range, factor)
+
+
+def forward_fdm(
+    p: int, q: int, *, adapt: int = 1, max_range: float = math.inf, factor: float = 1.0
+) -> FDMethod:
+    """A forward method: grid 0..p-1, evaluating f only at x and above.
+
+    Args:
+      p, q, adapt, max_range, factor: as for `central_fdm`.
+
+    Returns:
+      An `FDMethod`.
+
+    >>> forward_fdm(2, 1).coefs
+    (-1.0, 1.0)
+    >>> round(forward_fdm(5, 1)(jnp.sqrt, 4.0), 8)
+    0.25
+
+    See also: central_fdm, backward_fdm.
+    """
+    return FDMethod("forward", p, q, adapt, max_range, factor)
+
+
+def backward_fdm(
+    p: int, q: int, *, adapt: int = 1, max_range: float = math.inf, factor: float = 1.0
+) -> FDMethod:
+    """A backward method: grid -(p-1)..0, evaluating f only at x and below.
+
+    Args:
+      p, q, adapt, max_range, factor: as for `central_fdm`.
+
+    Returns:
+      An `FDMethod`.
+
+    >>> backward_fdm(3, 1).grid
+    (-2, -1, 0)
+    >>> round(backward_fdm(5, 1)(jnp.log, 2.0), 8)
+    0.5
+
+    See also: central_fdm, forward_fdm.
+    """
+    return FDMethod("backward", p, q, adapt, max_range, factor)
+
+
+def _check_step(where: str, step: Any) -> float:
+    step = float(step)
+    if not 0 < step < math.inf:
+        raise ValueError(f"`{where}`: `step` must be positive and finite, got {step!r}.")
+    return step
+
+
+# ------------------------------------------------------------------------------------------
+# Richardson extrapolation
+# ------------------------------------------------------------------------------------------
+
+
+def extrapolate_fdm(
+    m: FDMethod,
+    f: Callable,
+    x: Any,
+    *,
+    h0: float | None = None,
+    contract: float = 0.125,
+    breaktol: float = math.inf,
+    rtol: float = 0.0,
+    atol: float = 0.0,
+    max_eval: int = 10,
+) -> tuple[float, float]:
+    """Estimate the q-th derivative by Richardson extrapolation of `m` to step 0.
+
+    `m` is applied at steps h0, h0*contract, ..., (`max_eval` of them, one batched
+    evaluation of f); a Neville tableau eliminates the powers of h in `m`'s error expansion
+    (h^2, h^4, ... for central methods). A row's error estimate is the largest of its change
+    from the previous diagonal entry, from the entry to its left, and its roundoff error.
+    Rows are walked until the error estimate meets `max(rtol * |estimate|, atol)`, exceeds
+    `breaktol` times the best so far, or stops being finite; the estimate with the smallest
+    error estimate is returned.
+
+    Args:
+      m: a method, e.g. `central_fdm(2, 1)`.
+      f: a JAX-traceable function from a float64 scalar to a real scalar.
+      x: a Python number or 0-d real array.
+      h0: the first step; default `0.1 * max(|x|, 1)`, capped by `m.max_range`.
+      contract: the ratio of successive steps, in (0, 1).
+      breaktol: stop when the error estimate grows past `breaktol` times the best one.
+      rtol, atol: stop once the error estimate is below `max(rtol * |estimate|, atol)`.
+      max_eval: the number of steps.
+
+    Returns:
+      `(estimate, error_estimate)`, two Python floats.
+
+    >>> estimate, err = extrapolate_fdm(central_fdm(2, 1), jnp.sin, 1.0)
+    >>> round(estimate, 12), bool(err < 1e-11)
+    (0.540302305868, True)
+
+    See also: central_fdm, FDMethod.estimate_step.
+    """
+    name = "extrapolate_fdm"
+    _check_method(name, m, first_order=False)
+    if not 0 < contract < 1:
+        raise ValueError(f"`{name}`: `contract` must lie in (0, 1), got {contract!r}.")
+    if not isinstance(max_eval, int) or max_eval < 1:
+        raise ValueError(f"`{name}`: `max_eval` must be an int >= 1, got {max_eval!r}.")
+    with _x64(name):
+        sampler = _scalar_sampler(m, f, x, name, 0)
+        x0 = float(sampler.flat.x[0])
+        if h0 is None:
+            h0 = min(0.1 * max(abs(x0), 1.0), m.max_range / max(abs(g) for g in m.grid))
+        h0 = _check_step(name, h0)
+        steps = _representable(x0, h0 * contract ** np.arange(max_eval))
+        values, _ = sampler(np.outer(steps, m._offsets).ravel())
+        values = values.reshape(max_eval, -1)
+        estimates = _combine(m._weights, values.T) / steps**m.q
+        # The newest row's roundoff reaches the extrapolated value almost unscaled.
+        noise = _EPS * m.factor * m._roundoff * np.max(np.abs(values), axis=1) / steps**m.q
+    exponents = m._error_exponents(max_eval - 1)
+    best, best_err = float(estimates[0]), math.inf
+    previous = [estimates[0]]
+    for i in range(1, max_eval):
+        row = [estimates[i]]
+        for k in range(1, i + 1):  # eliminate the h^exponents[k-1] term
+            ratio = contract ** -exponents[k - 1]
+            row.append(row[k - 1] + (row[k - 1] - previous[k - 1]) / (ratio - 1))
+        err = float(max(abs(row[i] - row[i - 1]), abs(row[i] - previous[i - 1]), noise[i]))
+        if not math.isfinite(err):
+            break
+        if err < best_err:
+            best, best_err = float(row[i]), err
+        if err <= max(rtol * abs(best), atol) or err > breaktol * best_err:
+            break
+        previous = row
+    return best, best_err
+
+
+# ------------------------------------------------------------------------------------------
+# Pytrees as vectors. Complex numbers are interleaved: z -> [re z_0, im z_0, re z_1, ...].
+# ------------------------------------------------------------------------------------------
+
+
+class _Leaf(NamedTuple):
+    path: str
+    kind: str | None  # "real", "complex", or None: not perturbable, carried unchanged
+    shape: tuple[int, ...] | None  # None for leaves that are not numbers
+    dtype: np.dtype | None
+    value: Any  # the leaf itself, kept for non-perturbable leaves
+
+    @property
+    def size(self) -> int:
+        if self.kind is None:
+            return 0
+        return math.prod(self.shape) * (2 if self.kind == "complex" else 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    treedef: Any
+    leaves: tuple[_Leaf, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(leaf.size for leaf in self.leaves)
+
+    def signature(self) -> list[tuple[str, tuple[int, ...], str]]:
+        return [(leaf.path, leaf.shape, leaf.kind) for leaf in self.leaves if leaf.kind]
+
+    def without_values(self) -> _Layout:
+        return _Layout(self.treedef, tuple(leaf._replace(value=None) for leaf in self.leaves))
+
+    def unflatten(self, v: Any, mode: str, xp: Any = jnp) -> PyTree:
+        """Rebuild the tree from `v`; mode "original" (leaf dtypes), "promote" (float64 and
+        complex128, other leaves as they were) or "tangent" (float64/complex128, float0
+        zeros for non-perturbable numbers, None for other objects)."""
+        out, start = [], 0
+        for leaf in self.leaves:
+            if leaf.kind is None:
+                if mode != "tangent":
+                    out.append(leaf.value)
+                elif leaf.shape is None:
+                    out.append(None)
+                else:
+                    out.append(np.zeros(leaf.shape, jax.dtypes.float0))
+                continue
+            chunk = v[start : start + leaf.size]
+            start += leaf.size
+            if leaf.kind == "complex":
+                chunk = chunk[0::2] + 1j * chunk[1::2]
+            wide = np.complex128 if leaf.kind == "complex" else np.float64
+            dtype = leaf.dtype if mode == "original" else wide
+            out.append(xp.reshape(chunk, leaf.shape).astype(dtype))
+        return jax.tree_util.tree_unflatten(self.treedef, out)
+
+
+def _describe(path: str, leaf: Any) -> _Leaf:
+    if isinstance(leaf, (bool, int)):
+        return _Leaf(path, None, (), np.dtype(type(leaf)), leaf)
+    if isinstance(leaf, float):
+        return _Leaf(path, "real", (), np.dtype(np.float64), None)
+    if isinstance(leaf, complex):
+        return _Leaf(path, "complex", (), np.dtype(np.complex128), None)
+    dtype, shape = getattr(leaf, "dtype", None), getattr(leaf, "shape", None)
+    if dtype is None or shape is None:
+        return _Leaf(path, None, None, None, leaf)
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        kind = "complex"
+    elif jnp.issubdtype(dtype, jnp.floating):
+        kind = "real"
+    else:
+        kind = None
+    return _Leaf(path, kind, tuple(shape), np.dtype(dtype), leaf if kind is None else None)
+
+
+def _layout(tree: PyTree) -> _Layout:
+    pairs, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    return _Layout(treedef, tuple(_describe(jax.tree_util.keystr(p), leaf) for p, leaf in pairs))
+
+
+def _vector(tree: PyTree) -> jax.Array:
+    parts = []
+    for leaf in jax.tree_util.tree_leaves(tree):
+        kind = _describe("", leaf).kind
+        if kind == "complex":
+            z = jnp.ravel(jnp.asarray(leaf, dtype=jnp.complex128))
+            parts.append(jnp.stack([z.real, z.imag], axis=-1).ravel())
+        elif kind == "real":
+            parts.append(jnp.ravel(jnp.asarray(leaf, dtype=jnp.float64)))
+    return jnp.concatenate(parts) if parts else jnp.zeros((0,), jnp.float64)
+
+
+def to_vec(tree: PyTree) -> tuple[jax.Array, Callable[[Any], PyTree]]:
+    """Flatten the float and complex leaves of a pytree into one 1-D float64 vector.
+
+    Leaves are taken in `jax.tree_util` order. Complex leaves contribute interleaved real
+    and imaginary parts (`[re z0, im z0, re z1, ...]`). Integer, bool and non-numeric
+    leaves are not perturbable: they are left out and `from_vec` puts them back unchanged.
+
+    Args:
+      tree: any JAX pytree of arrays and Python numbers.
+
+    Returns:
+      `(vector, from_vec)`; `from_vec(v)` rebuilds the tree from a vector (a tracer is
+      fine, so it works under `jax.jit` and `jax.vmap`) with the original shapes and dtypes;
+      Python floats and complexes come back as 0-d float64 and complex128 arrays.
+
+    >>> v, from_vec = to_vec({"w": jnp.ones(2, jnp.float32), "z": 1 + 2j, "n": 3})
+    >>> v
+    Array([1., 1., 1., 2.], dtype=float64)
+    >>> from_vec(2 * v)
+    {'n': 3, 'w': Array([2., 2.], dtype=float32), 'z': Array(2.+4.j, dtype=complex128)}
+
+    See also: fd_jacobian, fd_vjp.
+    """
+    with _x64("to_vec"):
+        layout, vector = _layout(tree), _vector(tree)
+
+    def from_vec(v: Any) -> PyTree:
+        if np.shape(v) != (layout.size,):
+            raise ValueError(
+                f"`from_vec`: expected a vector of shape ({layout.size},), as returned by "
+                f"`to_vec`, got shape {np.shape(v)}."
+            )
+        with _x64("from_vec"):
+            return layout.unflatten(jnp.asarray(v), "original")
+
+    return vector, from_vec
+
+
+# ------------------------------------------------------------------------------------------
+# Batched evaluation: f(*args) as R^n -> R^m, one jit(vmap(f)) call per batch shape
+# ------------------------------------------------------------------------------------------
+
+
+def _check_tuple(name: str, arg: str, value: Any) -> tuple:
+    if not isinstance(value, tuple):
+        raise TypeError(
+            f"`{name}`: `{arg}` must be a tuple with one entry per argument of f, got "
+            f"{type(value).__name__}; wrap a single argument as `(x,)`."
+        )
+    return value
+
+
+class _Flat:
+    """`f(*args)` as a function of the float64 vector `to_vec(args)`, evaluated in batches.
+
+    `check_output(layout)` runs when f is traced, so a bad output fails before any work.
+    """
+
+    def __init__(self, name: str, f: Callable, args: tuple, check_output: Callable | None = None):
+        self.name, self.f, self.check_output = name, f, check_output
+        self.layout = _layout(_check_tuple(name, "args", args))
+        self.x = np.asarray(_vector(args))
+        self.out: _Layout | None = None  # the output's layout, recorded when f is traced
+        batched = jax.vmap(self.call)
+        self.along = jax.jit(lambda x, d, ts: batched(x[None, :] + ts[:, None] * d[None, :]))
+        self.basis = jax.jit(self._basis)
+
+    def call(self, v: jax.Array) -> jax.Array:
+        y = self.f(*self.layout.unflatten(v, "promote"))
+        self.out = _layout(y).without_values()
+        if self.check_output is not None:
+            self.check_output(self.out)
+        return _vector(y)
+
+    def _basis(self, x: jax.Array, hs: jax.Array, w: jax.Array | None) -> jax.Array:
+        """f (or <w, f>) at x + hs[i, j] * e_j for all i, j: shape (len(hs), len(x), ...)."""
+        k, n = hs.shape
+        points = x[None, None, :] + hs[:, :, None] * jnp.eye(n, dtype=x.dtype)[None]
+        call = self.call if w is None else (lambda v: self.call(v) @ w)
+        out = jax.vmap(call)(points.reshape(k * n, n))
+        return out.reshape(k, n, *out.shape[1:])
+
+
+class _Sampler:
+    """The scalar function t -> <w, f(x + t d)> and its scale <|w|, |f(x + t d)|>.
+
+    Batches are padded to `size` points, so that step selection and the stencil share one
+    compiled evaluation; `w` defaults to a fixed random unit vector.
+    """
+
+    def __init__(self, flat: _Flat, direction: Any, w: np.ndarray | None, size: int):
+        self.flat, self.direction, self.w, self.size = flat, np.asarray(direction), w, size
+
+    def outputs(self, ts: np.ndarray) -> np.ndarray:
+        padded = np.zeros(max(len(ts), self.size))
+        padded[: len(ts)] = ts
+        return np.asarray(self.flat.along(self.flat.x, self.direction, padded))[: len(ts)]
+
+    def __call__(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        y = self.outputs(ts)
+        w = _random_unit(y.shape[1], seed=0) if self.w is None else self.w
+        return y @ w, np.abs(y) @ np.abs(w)
+
+
+def _random_unit(n: int, seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal(n)
+    return v / max(np.linalg.norm(v), 1e-300)
+
+
+def _scalar_sampler(m: FDMethod, f: Callable, x: Any, name: str, size: int) -> _Sampler:
+    if np.ndim(x) != 0 or np.iscomplexobj(x):
+        raise TypeError(
+            f"`{name}`: `x` must be a real scalar, got {type(x).__name__} with shape "
+            f"{np.shape(x)}; use fd_jvp or fd_jacobian for arrays and complex numbers."
+        )
+
+    def check_output(out: _Layout) -> None:
+        if out.size != 1 or any(leaf.kind == "complex" for leaf in out.leaves):
+            raise TypeError(
+                f"`{name}`: f must return a real scalar, got (path, shape, kind) "
+                f"{out.signature()}; use fd_jacobian or fd_jvp for array or complex outputs."
+            )
+
+    return _Sampler(_Flat(name, f, (float(x),), check_output), np.ones(1), np.ones(1), size)
+
+
+# ------------------------------------------------------------------------------------------
+# Derivatives of pytree functions: jvp, vjp, jacobian
+# ------------------------------------------------------------------------------------------
+
+
+def _check_method(name: str, m: Any, first_order: bool = True) -> None:
+    if not isinstance(m, FDMethod):
+        raise TypeError(f"`{name}`: `m` must be an FDMethod such as central_fdm(5, 1), got {m!r}.")
+    if first_order and m.q != 1:
+        raise ValueError(
+            f"`{name}`: `m` must estimate a first derivative (q=1), got q={m.q}; use e.g. "
+            "central_fdm(5, 1)."
+        )
+
+
+def _check_like(name: str, arg: str, expected: _Layout, got: _Layout, of: str) -> None:
+    """Require the same perturbable leaves (path, shape, real/complex) as `expected`."""
+    want, have = expected.signature(), got.signature()
+    if want != have:
+        first = next((a, b) for a, b in zip(want + [None], have + [None]) if a != b)
+        raise ValueError(
+            f"`{name}`: `{arg}` must match {of} leaf by leaf (path, shape, real/complex) "
+            f"for every float and complex leaf; first difference: expected {first[0]}, "
+            f"got {first[1]}."
+        )
+
+
+def _basis_steps(m: FDMethod, flat: _Flat, w: np.ndarray | None, step: float | None) -> np.ndarray:
+    """One step per input coordinate: `step`, or one estimated for t -> <w, f(x + t d)>
+    along a fixed random unit direction d, made exact for each coordinate."""
+    if step is None:
+        sampler = _Sampler(flat, _random_unit(flat.x.size, seed=1), w, m._batch_size())
+        step, _ = m._estimate_step(sampler)
+    return _representable(flat.x, _check_step(flat.name, step))
+
+
+def _split(vector: np.ndarray, args: tuple) -> list[tuple[_Layout, np.ndarray]]:
+    """Cut the last axis of `vector` into one piece per argument."""
+    out, start = [], 0
+    for arg in args:
+        layout = _layout(arg)
+        out.append((layout, vector[..., start : start + layout.size]))
+        start += layout.size
+    return out
+
+
+def fd_jvp(
+    m: FDMethod, f: Callable, args: tuple, tangents: tuple, *, step: float | None = None
+) -> PyTree:
+    """Estimate the Jacobian-vector product `J @ x_dot` of `f` at `args`.
+
+    The stencil points `args + h * g_i * tangents` are evaluated in one jitted `vmap` of `f`
+    in float64. Unless `step` is given, h is chosen by `m`'s step rule for the scalar
+    `t -> <w, to_vec(f(args + t * tangents))>`, w a fixed random unit vector, evaluated in
+    the same compiled batch; `m.max_range` bounds |h * g_i| in units of `tangents`.
+
+    Args:
+      m: a first-derivative method, e.g. `central_fdm(5, 1)`.
+      f: a JAX-traceable function of pytrees returning a pytree.
+      args: tuple of arguments of `f`.
+      tangents: tuple like `args` (the same float and complex leaves; others are ignored).
+      step: a fixed step h instead of the automatic one.
+
+    Returns:
+      A pytree like `f(*args)` of numpy float64 (complex128 for complex leaves) arrays;
+      non-perturbable output leaves give float0 zeros (numbers) or None.
+
+    >>> y_dot = fd_jvp(central_fdm(5, 1), lambda x: x**2, (jnp.array([1.0, 3.0]),),
+    ...                (jnp.array([1.0, 1.0]),))
+    >>> y_dot.round(8)
+    array([2., 6.])
+
+    See also: fd_vjp, fd_jacobian, to_vec.
+    """
+    name = "fd_jvp"
+    _check_method(name, m)
+    with _x64(name):
+        flat = _Flat(name, f, args)
+        tangent_layout = _layout(_check_tuple(name, "tangents", tangents))
+        _check_like(name, "tangents", flat.layout, tangent_layout, "`args`")
+        sampler = _Sampler(flat, _vector(tangents), None, m._batch_size() if step is None else 0)
+        step = _check_step(name, m._estimate_step(sampler)[0] if step is None else step)
+        y = sampler.outputs(m._offsets * step)
+        return flat.out.unflatten(_combine(m._weights, y) / step, "tangent", np)
+
+
+def fd_jacobian(
+    m: FDMethod, f: Callable, *args: Any, step: float | None = None
+) -> tuple[np.ndarray, ...]:
+    """Estimate the Jacobian of `f` at `args`, one matrix per argument.
+
+    Sizes are in `to_vec` units, so a complex entry counts twice (real, imaginary part).
+    All `x.size * len(stencil)` points are evaluated in one jitted `vmap` of `f` in float64.
+    One step serves every direction: `step`, or `m`'s step rule along a fixed random unit
+    direction (one more batched evaluation), made exact for each coordinate.
+
+    Args:
+      m: a first-derivative method, e.g. `central_fdm(5, 1)`.
+      f: a JAX-traceable function of pytrees returning a pytree.
+      *args: the arguments of `f`.
+      step: a fixed step h instead of the automatic one.
+
+    Returns:
+      A tuple with one numpy float64 matrix of shape `(y.size, x.size)` per argument,
+      where `y = to_vec(f(*args))[0]` and `x = to_vec(arg)[0]`.
+
+    >>> (jac,) = fd_jacobian(central_fdm(5, 1), lambda x: x**2, jnp.array([1.0, 3.0]))
+    >>> jac.round(8)
+    array([[2., 0.],
+           [0., 6.]])
+
+    See also: fd_jvp, fd_vjp, to_vec.
+    """
+    name = "fd_jacobian"
+    _check_method(name, m)
+    with _x64(name):
+        flat = _Flat(name, f, args)
+        steps = _basis_steps(m, flat, None, step)
+        y = np.asarray(flat.basis(flat.x, np.outer(m._offsets, steps), None))  # (k, x.size, y.size)
+        jac = (_combine(m._weights, y) / steps[:, None]).T
+    return tuple(part for _, part in _split(jac, args))
+
+
+def fd_vjp(
+    m: FDMethod, f: Callable, y_bar: PyTree, args: tuple, *, step: float | None = None
+) -> tuple:
+    """Estimate the vector-Jacobian product `J^T y_bar` of `f` at `args`.
+
+    Differences the scalar `l(x) = <to_vec(y_bar), to_vec(f(x))>` (a real inner product)
+    along every basis direction of `to_vec(args)`, in one jitted `vmap` of `f` in float64.
+    A complex leaf z gets `dl/dRe z + 1j * dl/dIm z` (ChainRules' convention; `jax.vjp`
+    with `conj(y_bar)` gives its conjugate). The step is `step`, or `m`'s step rule for l
+    along a fixed random unit direction (one more batched evaluation).
+
+    Args:
+      m: a first-derivative method, e.g. `central_fdm(5, 1)`.
+      f: a JAX-traceable function of pytrees returning a pytree.
+      y_bar: a cotangent like `f(*args)` (the same float and complex leaves).
+      args: tuple of arguments of `f`.
+      step: a fixed step h instead of the automatic one.
+
+    Returns:
+      A tuple with one cotangent per argument, in the argument's pytree structure, of numpy
+      float64/complex128 arrays; non-perturbable leaves give float0 zeros (numbers) or None.
+
+    >>> (x_bar,) = fd_vjp(central_fdm(5, 1), lambda x: x**2, jnp.array([1.0, 10.0]),
+    ...                   (jnp.array([1.0, 3.0]),))
+    >>> x_bar.round(8)
+    array([ 2., 60.])
+
+    See also: fd_jvp, fd_jacobian, to_vec.
+    """
+    name = "fd_vjp"
+    _check_method(name, m)
+    with _x64(name):
+        w_layout, w = _layout(y_bar), np.asarray(_vector(y_bar))
+
+        def check_output(out: _Layout) -> None:
+            _check_like(name, "y_bar", out, w_layout, "the output of f(*args)")
+
+        flat = _Flat(name, f, args, check_output)
+        steps = _basis_steps(m, flat, w, step)
+        values = np.asarray(flat.basis(flat.x, np.outer(m._offsets, steps), w))  # (k, x.size)
+        x_bar = _combine(m._weights, values) / steps
+        return tuple(layout.unflatten(part, "tangent", np) for layout, part in _split(x_bar, args))
