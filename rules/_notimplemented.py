@@ -71,8 +71,8 @@ class NotImplementedTangent:
     def __array__(self, *args, **kwargs):
         self._raise("conversion to an array")
 
-    def __jax_array__(self):
-        self._raise("conversion to a JAX array")
+    # No `__jax_array__`: JAX would then convert it inside `jax_array + dx` instead of handing
+    # the operation back to `__radd__`, and NotImplementedTangent must win `+` from either side.
 
     def __float__(self):
         self._raise("conversion to float")

@@ -110,7 +110,7 @@ class ProjectTo:
     See also: `Tangent`, `rules.testing.test_rrule`.
     """
 
-    __slots__ = ("kind", "dtype", "shape", "children", "rebuild", "primal_type", "names")
+    __slots__ = ("kind", "dtype", "shape", "children", "rebuild", "primal_type", "names", "__weakref__")
 
     def __init__(self, x: Any):
         self.children = None
@@ -160,6 +160,14 @@ class ProjectTo:
     def _project_tree(self, dx: Any) -> Any:
         projectors = dict(zip(self.names, self.children))
         if isinstance(dx, Tangent):
+            if not _same_family(dx.primal_type, self.primal_type):
+                raise ProjectionError(
+                    format_message(
+                        f"ProjectTo({self.primal_type.__name__}): the Tangent belongs to another type",
+                        expected=f"Tangent[{self.primal_type.__name__}]",
+                        got=f"Tangent[{getattr(dx.primal_type, '__name__', dx.primal_type)}]",
+                    )
+                )
             store = dict(dx.items())
             unknown = [k for k in store if k not in projectors]
             if unknown:
@@ -185,6 +193,13 @@ class ProjectTo:
             )
         pairs, rebuild = split
         return rebuild([p(child) for p, (_, child) in zip(self.children, pairs)])
+
+
+def _same_family(tangent_type: Any, primal_type: type) -> bool:
+    """A Tangent of `tangent_type` may describe a primal of `primal_type`."""
+    return isinstance(tangent_type, type) and (
+        issubclass(primal_type, tangent_type) or issubclass(tangent_type, primal_type)
+    )
 
 
 def _array_like(x: Any) -> bool:

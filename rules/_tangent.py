@@ -319,6 +319,15 @@ def children_with_names(primal: Any) -> tuple[list[tuple[Any, Any]], Any] | None
 
 def rebuild_primal(primal: Any, tangent: Tangent) -> Any:
     """`primal + tangent` for a structural tangent: each field moved along its tangent."""
+    if isinstance(tangent.primal_type, type) and not isinstance(primal, tangent.primal_type):
+        raise TangentStructureError(
+            format_message(
+                "`primal + Tangent`: the tangent belongs to another type",
+                expected=f"a value of type {tangent.primal_type.__name__}",
+                got=f"{type(primal).__name__}",
+                fix="add a Tangent to a primal of the type it was built for",
+            )
+        )
     split = children_with_names(primal)
     if split is None:
         raise TangentStructureError(

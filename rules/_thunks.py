@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ._notimplemented import NotImplementedTangent
 from ._zeros import AbstractZero
+
+# What a thunk returns unevaluated when combined with it: zeros (identity of + / absorbing *)
+# and NotImplementedTangent (wins + and *).
+_PASS = (AbstractZero, NotImplementedTangent)
 
 __all__ = ["AbstractThunk", "Thunk", "InplaceableThunk", "thunk", "unthunk"]
 
@@ -30,11 +35,15 @@ class AbstractThunk:
     def __add__(self, other):
         if isinstance(other, AbstractZero):
             return self
+        if isinstance(other, NotImplementedTangent):
+            return other
         return unthunk(self) + unthunk(other)
 
     def __radd__(self, other):
         if isinstance(other, AbstractZero):
             return self
+        if isinstance(other, NotImplementedTangent):
+            return other
         return unthunk(other) + unthunk(self)
 
     def __sub__(self, other):
@@ -48,12 +57,12 @@ class AbstractThunk:
         return unthunk(other) - unthunk(self)
 
     def __mul__(self, other):
-        if isinstance(other, AbstractZero):
+        if isinstance(other, _PASS):
             return other
         return unthunk(self) * unthunk(other)
 
     def __rmul__(self, other):
-        if isinstance(other, AbstractZero):
+        if isinstance(other, _PASS):
             return other
         return unthunk(other) * unthunk(self)
 
@@ -140,6 +149,8 @@ class InplaceableThunk(AbstractThunk):
     def __add__(self, other):
         if isinstance(other, AbstractZero):
             return self
+        if isinstance(other, NotImplementedTangent):
+            return other
         if isinstance(other, AbstractThunk):
             return unthunk(self) + unthunk(other)
         return self.add_fn(other)
@@ -147,6 +158,8 @@ class InplaceableThunk(AbstractThunk):
     def __radd__(self, other):
         if isinstance(other, AbstractZero):
             return self
+        if isinstance(other, NotImplementedTangent):
+            return other
         if isinstance(other, AbstractThunk):
             return unthunk(other) + unthunk(self)
         return self.add_fn(other)

@@ -31,6 +31,11 @@ _BIG = np.array([1.2, 1.7, 3.0])
 _Z = np.array([0.3 + 0.4j, -0.5 + 0.2j])
 
 
+def _safe_div(a, b):
+    """a / b, and 0 where b == 0 (the zero subgradient at a kink)."""
+    return jnp.where(b == 0, 0.0, a / jnp.where(b == 0, 1.0, b))
+
+
 def _ex(*arrays):
     return [tuple(np.asarray(a) for a in arrays)]
 
@@ -43,7 +48,7 @@ scalar_rule(jnp.arcsin, lambda x, y: 1 / jnp.sqrt(1 - x * x), examples=_ex(_X))
 scalar_rule(jnp.arccos, lambda x, y: -1 / jnp.sqrt(1 - x * x), examples=_ex(_X))
 scalar_rule(jnp.arctan, lambda x, y: 1 / (1 + x * x), examples=_ex(_X) + _ex(_Z))
 scalar_rule(jnp.arctan2, lambda a, b, y: (b / (a * a + b * b), -a / (a * a + b * b)), examples=_ex(_X, _POS))
-scalar_rule(jnp.hypot, lambda a, b, y: (a / y, b / y), examples=_ex(_X, _POS))
+scalar_rule(jnp.hypot, lambda a, b, y: (_safe_div(a, y), _safe_div(b, y)), examples=_ex(_X, _POS))
 scalar_rule(jnp.sinc, lambda x, y: jnp.where(x == 0, 0.0, (jnp.cos(math.pi * x) - y) / jnp.where(x == 0, 1.0, x)),
             examples=_ex(_X))
 scalar_rule(jnp.deg2rad, lambda x, y: math.pi / 180, examples=_ex(_X))
