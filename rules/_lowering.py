@@ -44,12 +44,12 @@ from ._errors import (
 )
 from ._notimplemented import NotImplementedTangent
 from ._projection import ArrayTypes, project_leaf
-from ._registry import check_frule_result, check_rrule_result, frule, function_name, note_traced, rrule, rule_key
+from ._registry import check_frule_result, check_rrule_result, frule, function_name, note_traced, rrule
 from ._tangent import Tangent, children_with_names
 from ._thunks import unthunk
 from ._zeros import AbstractZero, NoTangent, ZeroTangent
 
-__all__ = ["call_lowered", "is_tracer", "in_own_rule"]
+__all__ = ["call_lowered", "is_tracer", "bypass_in_own_rule"]
 
 DIFF, NONDIFF, STATIC = 0, 1, 2
 _Tracer = jax.core.Tracer
@@ -57,9 +57,8 @@ _MAX_ALL_PATTERNS = 3
 _CACHE_SIZE = 512
 
 
-# Primitives whose rule is running now: inside its own rule, `f(x)` is the primal function
-# (as in ChainRules), not another trip through the lowering. Without this, an outer forward
-# mode (e.g. `jax.hessian`) would meet the primitive's custom_vjp inside its own forward pass.
+# Primitives whose rule is running now. Under an outer forward mode (e.g. `jax.hessian`),
+# `f(x)` inside f's own rule is the plain function: the custom_vjp has no forward mode.
 _active_rules: contextvars.ContextVar[frozenset] = contextvars.ContextVar("rules_active", default=frozenset())
 
 
@@ -72,8 +71,13 @@ def _running_rule_of(key: Any):
         _active_rules.reset(token)
 
 
-def in_own_rule(key: Any) -> bool:
-    return key in _active_rules.get()
+def bypass_in_own_rule(key: Any, leaves: list) -> bool:
+    """Inside its own rule, under an outer forward mode, a primitive is its plain function.
+
+    An outer reverse mode (grad of grad) still goes through the lowering, so the rule also
+    gives the derivative of the rule's own forward value.
+    """
+    return key in _active_rules.get() and any(map(_in_forward_mode, leaves))
 
 
 def _in_forward_mode(x: Any) -> bool:
@@ -124,6 +128,7 @@ def _path_text(path: tuple) -> str:
 # ----- entry point ----------------------------------------------------------------------------
 def call_lowered(prim: Any, args: tuple, kwargs: dict, leaves: list, treedef: Any) -> Any:
     """Call `prim` under a JAX transformation: through the lowering of its rules, if any."""
+    note_traced(prim.__rules_key__)  # a later redefinition must clear JAX's trace caches
     rr = rrule.lookup(prim, args)
     fr = frule.lookup(prim, args)
     if rr is None and fr is None:
@@ -141,7 +146,6 @@ def call_lowered(prim: Any, args: tuple, kwargs: dict, leaves: list, treedef: An
         if len(cache) >= _CACHE_SIZE:
             cache.clear()
         lowered = cache[key] = _Lowered(prim, rr, fr, treedef, kinds, statics)
-        note_traced(rule_key(prim))
     dyn = [leaf for leaf, k in zip(leaves, kinds) if k != STATIC]
     if rr is not None and any(map(_in_forward_mode, dyn)):
         raise ForwardModeError(lowered.forward_mode_message())
@@ -287,12 +291,13 @@ class _Lowered:
             return self._to_jax_cotangents(pullback(y_bar), args, perturbed, metas)
 
         out_meta = tuple((np.shape(y_leaves[i]), jnp.result_type(y_leaves[i])) for i in out_diff)
+        out_avals = [jax.typeof(y_leaves[i]) for i in out_diff]  # keeps shard_map's varying axes
         if not any(map(is_tracer, values)) and not any(map(is_tracer, y_leaves)):
             return y, _Residual(run, (), (), tuple(out_diff), out_meta)
         table, consts = [], []
         for pattern in _patterns(len(out_diff)):
             leaf_pattern = tuple(out_diff[j] for j in pattern)
-            avals = [jax.ShapeDtypeStruct(*out_meta[j]) for j in pattern]
+            avals = [out_avals[j] for j in pattern]
             closed, out_shape = jax.make_jaxpr(lambda *gs, p=leaf_pattern: run(p, gs), return_shape=True)(*avals)
             table.append((leaf_pattern, closed.jaxpr, jax.tree_util.tree_structure(out_shape), len(closed.consts)))
             consts.extend(closed.consts)

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._errors import RuleDefinitionError, format_message
-from ._lowering import _Tracer, call_lowered, in_own_rule
+from ._lowering import _Tracer, bypass_in_own_rule, call_lowered
 from ._registry import frule, register_examples, rrule
 
 __all__ = ["Primitive", "primitive", "external", "unwrap"]
@@ -46,7 +46,7 @@ class Primitive:
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
         for leaf in leaves:
             if isinstance(leaf, _Tracer):
-                if in_own_rule(self.__rules_key__):
+                if bypass_in_own_rule(self.__rules_key__, leaves):
                     break
                 return call_lowered(self, args, kwargs, leaves, treedef)
         return self.fn(*args, **kwargs)
@@ -172,7 +172,10 @@ def external(
             fixed = []
             for k, (leaf, spec) in enumerate(zip(leaves, specs)):
                 arr = np.asarray(leaf)
-                if arr.shape != tuple(spec.shape):
+                want = tuple(spec.shape)
+                # under jax.vmap with "expand_dims"/"broadcast_all" the host sees batched arrays:
+                # the declared shape is then a suffix of the result's shape
+                if arr.shape[arr.ndim - len(want):] != want or arr.ndim < len(want):
                     raise RuleDefinitionError(
                         format_message(
                             f"external `{fn_name}` returned an array of the wrong shape (output leaf {k})",
