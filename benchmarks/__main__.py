@@ -3,9 +3,9 @@
 import pathlib
 import sys
 
-from . import testers
+from . import lowering, testers
 
-SCRIPTS = [testers]
+SCRIPTS = [lowering, testers]
 
 
 def main() -> int:

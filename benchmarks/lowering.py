@@ -1,0 +1,172 @@
+"""The lowering is free: a primitive's rules against the same rules hand-written in JAX.
+
+Rows (issue 7, 1-4), each measured side by side in one run:
+1. `jax.jit(jax.grad)` of a 10^6-element function through a primitive with an rrule vs the
+   same rule hand-written with `jax.custom_vjp` vs native `jax.grad` (target ratio <= 1.02
+   against the hand-written one), and the number of instructions in the compiled HLO
+   (target: equal to the hand-written one).
+2. Trace + compile time of the same (target <= 1.2x the hand-written one).
+3. Eager, small inputs: the primitive called without differentiation vs the plain function
+   (target <= 1.2x), and eager `jax.grad` through it vs the hand-written `custom_vjp`
+   (target <= 1.1x).
+4. An frule-only primitive vs hand-written `jax.custom_jvp`: `jax.jvp` and `jax.grad` under
+   jit (target <= 1.02).
+
+Method: medians over repetitions after a warm-up, the two sides of a ratio measured
+alternately (compilation excluded, except in row 2, which times `jit(...).lower(x).compile()`
+of a fresh function each repetition). Compiled programs are compared instruction by
+instruction in `compile().as_text()`, metadata removed.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._common import median_seconds, paired_medians, table
+
+import rules  # noqa: E402
+
+# ----- the function, three ways --------------------------------------------------------------
+
+
+def f_plain(x):
+    return jnp.sin(x) * jnp.exp(x)
+
+
+def make_primitive():
+    def h_plain(x):  # a fresh function per call: compile_seconds must not hit any cache
+        return f_plain(x)
+
+    prim = rules.primitive(h_plain)
+
+    @prim.rrule
+    def f_rrule(x):
+        y = f_plain(x)
+
+        def f_pullback(y_bar):
+            return rules.NoTangent(), y_bar * (jnp.cos(x) * jnp.exp(x) + y)
+
+        return y, f_pullback
+
+    return prim
+
+
+def make_custom_vjp():
+    f = jax.custom_vjp(f_plain)
+
+    def fwd(x):
+        y = f_plain(x)
+        return y, (x, y)
+
+    def bwd(res, y_bar):
+        x, y = res
+        return (y_bar * (jnp.cos(x) * jnp.exp(x) + y),)
+
+    f.defvjp(fwd, bwd)
+    return f
+
+
+def make_frule_primitive():
+    def g_plain(x):  # its own function: rules are keyed on the wrapped function
+        return f_plain(x)
+
+    prim = rules.primitive(g_plain)
+
+    @prim.frule
+    def f_frule(tangents, x):
+        _, x_dot = tangents
+        y = f_plain(x)
+        return y, (jnp.cos(x) * jnp.exp(x) + y) * x_dot
+
+    return prim
+
+
+def make_custom_jvp():
+    f = jax.custom_jvp(f_plain)
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        (x,), (x_dot,) = primals, tangents
+        y = f_plain(x)
+        return y, (jnp.cos(x) * jnp.exp(x) + y) * x_dot
+
+    return f
+
+
+def loss_of(f):
+    return lambda x: jnp.sum(f(x))
+
+
+def hlo_instructions(fn, x) -> list[str]:
+    """The compiled program's instructions, without metadata (names of source lines)."""
+    text = jax.jit(fn).lower(x).compile().as_text()
+    lines = re.findall(r"^\s+(?:ROOT\s+)?%?[\w.\-]+ = .*$", text, flags=re.M)
+    return [re.sub(r",? metadata=\{[^}]*\}", "", line).strip() for line in lines]
+
+
+def compile_seconds(make, x, repeats) -> float:
+    times = []
+    for _ in range(repeats):
+        fn = jax.grad(loss_of(make()))  # a fresh function: nothing cached
+        start = time.perf_counter()
+        jax.jit(fn).lower(x).compile()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def verdict(ratio: float, target: float) -> str:
+    return f"{ratio:.3f} ({'met' if ratio <= target else 'MISSED'}: <= {target})"
+
+
+def run(quick: bool = False) -> str:
+    n = 10_000 if quick else 1_000_000
+    reps = 3 if quick else 30
+    x = jnp.asarray(np.random.default_rng(0).uniform(-1, 1, n).astype(np.float32))
+    prim, hand, frule_prim, hand_jvp = make_primitive(), make_custom_vjp(), make_frule_primitive(), make_custom_jvp()
+    rows = []
+
+    # 1. jit(grad), 10^6 elements
+    g_prim, g_hand, g_native = (jax.jit(jax.grad(loss_of(f))) for f in (prim, hand, f_plain))
+    np.testing.assert_allclose(g_prim(x), g_hand(x), rtol=1e-6)
+    t_prim, t_hand = paired_medians(lambda: g_prim(x), lambda: g_hand(x), reps)
+    t_native = median_seconds(lambda: g_native(x), reps)
+    h_prim, h_hand = hlo_instructions(jax.grad(loss_of(prim)), x), hlo_instructions(jax.grad(loss_of(hand)), x)
+    same = "identical" if h_prim == h_hand else "DIFFERENT"
+    rows.append([f"1. jit(grad), n={n}", "primitive rrule", f"{t_prim * 1e3:.3f} ms", verdict(t_prim / t_hand, 1.02),
+                 f"compiled HLO {same}: {len(h_prim)} vs {len(h_hand)} instructions"])
+    rows.append(["", "native jax.grad", f"{t_native * 1e3:.3f} ms", f"{t_native / t_hand:.3f}", ""])
+
+    # 2. trace + compile
+    c_prim, c_hand = compile_seconds(make_primitive, x, 3 if quick else 10), compile_seconds(make_custom_vjp, x, 3 if quick else 10)
+    rows.append(["2. trace + compile", "primitive rrule", f"{c_prim * 1e3:.1f} ms", verdict(c_prim / c_hand, 1.2), ""])
+
+    # 3. eager, small
+    small = jnp.asarray(np.linspace(-1, 1, 8))
+    e_prim, e_plain = paired_medians(lambda: prim(small), lambda: f_plain(small), reps * 10)
+    rows.append(["3. eager call, n=8", "primitive (no AD)", f"{e_prim * 1e6:.1f} us", verdict(e_prim / e_plain, 1.2), "vs the plain function"])
+    eg_prim, eg_hand = paired_medians(lambda: jax.grad(loss_of(prim))(small), lambda: jax.grad(loss_of(hand))(small), reps * 3)
+    rows.append(["3. eager grad, n=8", "primitive rrule", f"{eg_prim * 1e6:.1f} us", verdict(eg_prim / eg_hand, 1.1), "vs hand-written custom_vjp"])
+
+    # 4. frule-only vs custom_jvp
+    tangent = jnp.ones_like(x)
+    j_prim = jax.jit(lambda x, t: jax.jvp(frule_prim, (x,), (t,)))
+    j_hand = jax.jit(lambda x, t: jax.jvp(hand_jvp, (x,), (t,)))
+    tj_prim, tj_hand = paired_medians(lambda: j_prim(x, tangent), lambda: j_hand(x, tangent), reps)
+    rows.append([f"4. jit(jvp), n={n}", "primitive frule", f"{tj_prim * 1e3:.3f} ms", verdict(tj_prim / tj_hand, 1.02), "vs custom_jvp"])
+    gf_prim, gf_hand = jax.jit(jax.grad(loss_of(frule_prim))), jax.jit(jax.grad(loss_of(hand_jvp)))
+    tg_prim, tg_hand = paired_medians(lambda: gf_prim(x), lambda: gf_hand(x), reps)
+    rows.append([f"4. jit(grad), n={n}", "primitive frule", f"{tg_prim * 1e3:.3f} ms", verdict(tg_prim / tg_hand, 1.02), "by transposition, vs custom_jvp"])
+
+    header = ["row", "what", "time", "ratio vs hand-written (target)", "notes"]
+    return "## Lowering: primitives vs hand-written custom_vjp / custom_jvp\n\n" + table(header, rows) + "\n\n" + __doc__.split("\n\n", 2)[2]
+
+
+if __name__ == "__main__":
+    print(run(quick="--quick" in sys.argv))
