@@ -1,0 +1,177 @@
+"""Params and Grads: implicit parameters held by mutable Python objects."""
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import zygote_jax
+from zygote_jax import GradientError, Grads, Params, gradient
+
+
+def close(a, b):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-12)
+
+
+class Pair(NamedTuple):
+    u: object
+    v: object
+
+
+class Box:
+    pass
+
+
+def make_model():
+    m = Box()
+    m.w = jnp.array([1.0, 2.0])
+    m.layers = [{"b": jnp.array([0.5, -0.5])}, Pair(jnp.array(3.0), "name")]
+    m.inner = Box()
+    m.inner.scale = jnp.array(2.0)
+    m.inner.counts = jnp.array([1, 2])  # int arrays are not parameters
+    m.inner.n = 3
+    return m
+
+
+def loss(m):
+    return jnp.sum(m.w * m.layers[1].u * m.inner.scale) + jnp.sum(m.layers[0]["b"] ** 2)
+
+
+def test_params_collects_through_attributes_lists_dicts_tuples_and_objects():
+    m = make_model()
+    ps = Params(m)
+    assert len(ps) == 4
+    for p in (m.w, m.layers[0]["b"], m.layers[1].u, m.inner.scale):
+        assert p in ps
+    assert m.inner.counts not in ps and jnp.array([1.0, 2.0]) not in ps  # identity, not value
+    assert "Params([float64[2]" in repr(ps)
+    assert [p.shape for p in ps] == [(2,), (2,), (), ()] and ps[0] is m.w
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    a: jax.Array
+    b: jax.Array
+
+
+def test_frozen_pytree_inside_a_mutable_object_is_rebuilt_and_restored():
+    holder = Box()
+    holder.frozen = Frozen(jnp.array(2.0), jnp.array(3.0))
+    original = holder.frozen
+    ps = Params(holder)
+    assert len(ps) == 2
+    gs = gradient(lambda: holder.frozen.a * holder.frozen.b, ps)
+    assert float(gs[original.a]) == 3.0 and float(gs[original.b]) == 2.0
+    assert holder.frozen is original
+    ps.update(gs, lambda p, g: p - g)
+    assert isinstance(holder.frozen, Frozen) and float(holder.frozen.a) == -1.0
+
+
+def test_shared_arrays_count_once_and_cycles_are_fine():
+    w = jnp.ones(2)
+    a, b = Box(), Box()
+    a.w, b.w, a.other, b.other = w, w, b, a
+    ps = Params(a, [b])
+    assert len(ps) == 1
+    gs = gradient(lambda: jnp.sum(a.w * b.w), ps)
+    close(gs[w], [2.0, 2.0])  # both uses accumulate
+
+
+def test_implicit_gradient_returns_grads_indexed_by_the_arrays():
+    m = make_model()
+    ps = Params(m)
+    gs = gradient(lambda: loss(m), ps)
+    assert isinstance(gs, Grads) and len(gs) == 4
+    close(gs[m.w], [6.0, 6.0])
+    close(gs[m.layers[0]["b"]], [1.0, -1.0])
+    close(gs[m.layers[1].u], 6.0)
+    close(gs[m.inner.scale], 9.0)
+    assert list(gs) == gs.keys() == list(ps)
+    assert [id(k) for k, _ in gs.items()] == [id(p) for p in ps]
+    close(gs.values()[0], [6.0, 6.0])
+    with pytest.raises(KeyError, match="gs\\[model.weight\\]"):
+        gs[jnp.ones(2)]
+    assert gs.get(jnp.ones(2)) is None
+
+
+def test_implicit_gradient_agrees_with_the_explicit_form():
+    m = make_model()
+    gs = gradient(lambda: loss(m), Params(m))
+
+    def explicit(w, b, u, scale):
+        return jnp.sum(w * u * scale) + jnp.sum(b**2)
+
+    ge = gradient(explicit, m.w, m.layers[0]["b"], m.layers[1].u, m.inner.scale)
+    for g, p in zip(ge, Params(m)):
+        close(gs[p], g)
+
+
+def test_model_is_restored_exactly():
+    m = make_model()
+    before = (m.w, m.layers, m.layers[0], m.layers[0]["b"], m.layers[1], m.inner.scale)
+    ps = Params(m)
+    gradient(lambda: loss(m), ps)
+    after = (m.w, m.layers, m.layers[0], m.layers[0]["b"], m.layers[1], m.inner.scale)
+    assert all(x is y for x, y in zip(before, after))
+
+
+def test_model_is_restored_when_the_loss_raises():
+    m = make_model()
+    before = (m.w, m.layers[0]["b"], m.layers[1], m.inner.scale)
+    ps = Params(m)
+
+    def failing():
+        loss(m)
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        gradient(failing, ps)
+    after = (m.w, m.layers[0]["b"], m.layers[1], m.inner.scale)
+    assert all(x is y for x, y in zip(before, after))
+
+
+def test_stale_params_are_an_error():
+    m = make_model()
+    ps = Params(m)
+    m.w = jnp.zeros(2)
+    with pytest.raises(GradientError, match="Params"):
+        gradient(lambda: loss(m), ps)
+    assert float(m.w[0]) == 0.0  # the new array is left in place
+
+
+def test_update_writes_new_arrays_back():
+    m = make_model()
+    ps = Params(m)
+    old_u = m.layers[1].u
+    gs = gradient(lambda: loss(m), ps)
+    ps.update(gs, lambda p, g: p - 0.1 * g)
+    close(m.w, [1.0 - 0.6, 2.0 - 0.6])
+    close(m.layers[1].u, 3.0 - 0.6)
+    assert m.layers[1].v == "name" and m.layers[1] is not None and m.layers[1].u is not old_u
+    assert m.w in ps and len(ps) == 4
+    gs2 = gradient(lambda: loss(m), ps)  # the Params follow the new arrays
+    close(m.inner.scale, 2.0 - 0.1 * 9.0)
+    close(gs2[m.w], 2.4 * 1.1 * np.ones(2))
+
+
+def test_withgradient_and_pullback_with_params():
+    m = make_model()
+    ps = Params(m)
+    val, gs = zygote_jax.withgradient(lambda: (loss(m), "aux"), ps)
+    assert val[1] == "aux" and isinstance(gs, Grads)
+    y, back = zygote_jax.pullback(lambda: m.w * 2, ps)
+    close(back(jnp.array([1.0, 10.0]))[m.w], [2.0, 20.0])
+
+
+def test_params_errors():
+    with pytest.raises(GradientError, match="explicitly"):
+        Params(jnp.ones(2))
+    m = make_model()
+    with pytest.raises(GradientError, match="explicit"):
+        zygote_jax.jacobian(lambda: m.w, Params(m))
+    with pytest.raises(GradientError, match="only argument"):
+        gradient(lambda x: loss(m) * x, Params(m), 2.0)
