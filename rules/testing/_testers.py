@@ -261,9 +261,10 @@ def test_rrule(
             continue
         if i not in problem.index:
             continue
-        for part in jax.tree_util.tree_leaves(ct, is_leaf=lambda t: isinstance(t, InplaceableThunk)):
+        parts = jax.tree_util.tree_flatten_with_path(ct, is_leaf=lambda t: isinstance(t, InplaceableThunk))[0]
+        for path, part in parts:
             if isinstance(part, InplaceableThunk):
-                _check_inplaceable(tester, name, i, part, x)
+                _check_inplaceable(tester, name, i, part, jax.tree_util.keystr(path))
         _check_dtypes(tester, name, unthunk(ct), x, i)
         dense[i] = dense_like(ct, x, name=name, index=i)
     checks.append("dtypes")
@@ -297,8 +298,22 @@ def test_rrule(
         checks.append("thunked seed")
 
     if problem.index:
-        checks += _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, check_vmap, seed)
+        checks += _lowered(tester, name, _check_lowered_vjp, problem, y_bar_dense, y, dense, check_jit, check_vmap, seed)
     return RuleReport(name, "rrule", use_mode, worst, tuple(checks), time.perf_counter() - start)
+
+
+def _lowered(tester, name, check, *args) -> list[str]:
+    """Run a check of the lowered primitive; an exception from JAX becomes a test failure."""
+    try:
+        return check(tester, name, *args)
+    except AssertionError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any JAX error here means the rule is not traceable
+        _fail(tester, name, "the lowered primitive failed under a JAX transformation (jax.vjp/jvp, jit or vmap)",
+              got=f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
+              fix="the rule must be traceable JAX code: use jax.numpy, not NumPy, on its inputs and "
+              "intermediates, and no Python control flow on traced values")
+        raise  # unreachable: _fail raises
 
 
 def _fast_check(tester, name, problem, m, args64, y_bar64, dense, rtol, atol) -> float:
@@ -354,17 +369,17 @@ def _check_no_tangent(tester, name, i, ct) -> None:
           argument=describe_argument(i), expected="NoTangent()", got=f"{type(value).__name__}")
 
 
-def _check_inplaceable(tester, name, i, part: InplaceableThunk, x) -> None:
+def _check_inplaceable(tester, name, i, part: InplaceableThunk, path: str) -> None:
     try:
         leaf_like = jnp.asarray(unthunk(part.val))
     except Exception:  # noqa: BLE001 - reported below as a failure of the thunk itself
         leaf_like = None
     if leaf_like is None:
-        _fail(tester, name, "the InplaceableThunk's val cannot be evaluated", argument=describe_argument(i))
+        _fail(tester, name, "the InplaceableThunk's val cannot be evaluated", argument=describe_argument(i, path))
     acc = jnp.asarray(rand_tangent(leaf_like, seed=7))
     added, plain = part.add_fn(acc), acc + unthunk(part.val)
     _check_close(tester, name, "InplaceableThunk: add_fn(acc) differs from acc + val",
-                 added, plain, 1e-10, 1e-12, describe_argument(i))
+                 added, plain, 1e-10, 1e-12, describe_argument(i, path))
 
 
 def _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, check_vmap, seed) -> list[str]:
@@ -457,7 +472,7 @@ def test_frule(
                              rtol, atol, "the output")
         checks.append("finite differences")
         if not has_rrule(f, *primals):
-            checks += _check_lowered_jvp(tester, name, problem, y_dot_dense, y, check_jit, check_vmap, seed)
+            checks += _lowered(tester, name, _check_lowered_jvp, problem, y_dot_dense, y, check_jit, check_vmap, seed)
         else:
             y_bar = rand_tangent(y, seed=seed + 1)
             _, pullback = rrule(f, *primals, **fkwargs)
@@ -541,6 +556,8 @@ def test_scalar(
         _fail("test_scalar", name, "no rule applies", got=f"an argument of type {type(z).__name__}",
               fix=f"define one, e.g. `rules.scalar_rule({name}, partials)`")
     opts = dict(rtol=rtol, atol=atol, fdm=fdm, **kwargs)
+    if jnp.iscomplexobj(z):  # first: a wrong rule is then reported by the partial it gets wrong
+        _check_partials(f, z, has_fr, has_rr, rtol, atol, fdm)
     reports: list[RuleReport] = []
     directions = (1.0, 1.0j) if jnp.iscomplexobj(z) else (1.0,)
     dtype = jnp.result_type(z)
@@ -550,8 +567,6 @@ def test_scalar(
         if has_rr:
             y = unwrap(f)(z)
             reports.append(test_rrule(f, z, output_tangent=jnp.asarray(d, jnp.result_type(y)) if jnp.iscomplexobj(y) else jnp.asarray(d.real, jnp.result_type(y)), **opts))
-    if jnp.iscomplexobj(z):
-        _check_partials(f, z, has_fr, has_rr, rtol, atol, fdm)
     return reports
 
 

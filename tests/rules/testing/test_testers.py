@@ -1,0 +1,778 @@
+"""Tests for rules/testing/_testers.py and _compare.py: the testers are tested.
+
+Two corpora: wrong rules, each of which must fail with a specific message naming what is
+wrong and where; and correct rules, each of which must pass with no false alarm. Every case
+builds fresh primitives, so registrations never leak between tests.
+"""
+
+import subprocess
+import sys
+import textwrap
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.special
+
+import rules
+from rules import InplaceableThunk, NoTangent, Tangent, Thunk, ZeroTangent
+from rules.testing import (
+    RuleReport,
+    WithTangent,
+    rand_tangent,
+    test_approx,
+    test_frule,
+    test_rrule,
+    test_scalar,
+    with_tangent,
+)
+from rules.testing._testers import _check_partials
+
+FAST = dict(check_jit=False, check_vmap=False)  # for failures found before the lowered checks
+
+
+# ------------------------------------------------------------------------------------------
+# Factories
+# ------------------------------------------------------------------------------------------
+
+
+def fresh_primitive(name, fn):
+    """A new primitive called `name` (in messages) computing `fn`."""
+
+    def primal(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    primal.__name__ = primal.__qualname__ = name
+    return rules.primitive(primal)
+
+
+def with_rrule(name, fn, pullback):
+    """A fresh primitive `name` computing `fn`, whose rrule's pullback is `pullback(y_bar, *args)`."""
+    f = fresh_primitive(name, fn)
+
+    @f.rrule
+    def f_rrule(*args, **kwargs):
+        def f_pullback(y_bar):
+            return pullback(rules.unthunk(y_bar), *args, **kwargs)  # the seed may be a Thunk
+
+        f_pullback.__name__ = f"{name}_pullback"
+        return f(*args, **kwargs), f_pullback
+
+    return f
+
+
+def add_frule(f, pushforward):
+    """Give `f` an frule whose tangent is `pushforward(x_dots, *args)`."""
+
+    @f.frule
+    def f_frule(tangents, *args):
+        return f(*args), pushforward(tangents[1:], *args)
+
+    return f
+
+
+def with_frule(name, fn, pushforward):
+    return add_frule(fresh_primitive(name, fn), pushforward)
+
+
+def sin_rule(scale=1.0):
+    return with_rrule("mysin", jnp.sin, lambda y_bar, x: (NoTangent(), scale * y_bar * jnp.cos(x)))
+
+
+def sin_frule(scale=1.0):
+    return with_frule("mysin", jnp.sin, lambda dots, x: scale * jnp.cos(x) * dots[0])
+
+
+def sin_both(frule_scale=1.0, rrule_scale=1.0):
+    return add_frule(sin_rule(rrule_scale), lambda dots, x: frule_scale * jnp.cos(x) * dots[0])
+
+
+X64 = jnp.array([0.3, -1.2, 0.7])
+X32 = X64.astype(jnp.float32)
+Z = jnp.array([0.3 + 0.4j, -1.0 + 0.2j])
+A = jnp.array([[1.0, 2.0], [3.0, 4.5]])
+B = jnp.array([[0.5, -1.0], [2.0, 0.25]])
+BIG = jnp.asarray(np.random.default_rng(0).standard_normal(10_000))
+
+
+def _host_total(v):
+    return np.full_like(v, np.sum(v))  # sums everything: NOT vectorised over a batch axis
+
+
+def _total(v):
+    """sum(v) broadcast to v's shape, through a host callback wrongly declared vectorised."""
+    return jax.pure_callback(_host_total, jax.ShapeDtypeStruct(v.shape, v.dtype), v, vmap_method="expand_dims")
+
+
+def _bad_inplaceable_pullback(y_bar, x):
+    value = Thunk(lambda: 2.0 * y_bar)
+    return NoTangent(), InplaceableThunk(lambda acc: acc + 3.0 * y_bar, value)  # add_fn adds 3x, val is 2x
+
+
+def _traced_wrong_pullback(y_bar, x):
+    try:
+        np.asarray(x)  # concrete: the careful path
+        scale = 1.0
+    except jax.errors.TracerArrayConversionError:
+        scale = 1.001  # traced (what jax.jit sees): a different, wrong, code path
+    return NoTangent(), scale * y_bar * jnp.cos(x)
+
+
+def _thunk_sensitive():
+    f = fresh_primitive("mysin", jnp.sin)
+
+    @f.rrule
+    def mysin_rrule(x):
+        def mysin_pullback(y_bar):
+            scale = 2.0 if isinstance(y_bar, Thunk) else 1.0  # wrong for a thunked seed
+            return NoTangent(), scale * rules.unthunk(y_bar) * jnp.cos(x)
+
+        return f(x), mysin_pullback
+
+    return f, (X64,), FAST
+
+
+def _wrong_primal():
+    f = fresh_primitive("mysin", jnp.sin)
+
+    @f.rrule
+    def mysin_rrule(x):
+        return jnp.cos(x), lambda y_bar: (NoTangent(), y_bar * jnp.cos(x))  # cos, not sin
+
+    return f, (X64,), FAST
+
+
+# ------------------------------------------------------------------------------------------
+# Wrong rules: each must fail, with a message that says what and where
+# ------------------------------------------------------------------------------------------
+
+# (id, tester, factory -> (f, args, kwargs), substrings the message must contain)
+WRONG = [
+    (
+        "off-by-1.001x-float64",
+        test_rrule,
+        lambda: (sin_rule(1.001), (X64,), FAST),
+        ["test_rrule(mysin)", "cotangent does not match finite differences", "argument: argument 0",
+         "relative error 0.000999"],
+    ),
+    (
+        "off-by-1.01x-float32",
+        test_rrule,
+        lambda: (sin_rule(1.01), (X32,), FAST),
+        ["cotangent does not match finite differences", "argument: argument 0", "relative error 0.0099",
+         "rtol=0.0001"],
+    ),
+    (
+        "sign-error",
+        test_rrule,
+        lambda: (sin_rule(-1.0), (X64,), FAST),
+        ["cotangent does not match finite differences", "argument: argument 0", "relative error 2;"],
+    ),
+    (
+        "off-by-1.01x-complex64",
+        test_rrule,
+        lambda: (with_rrule("cexp", jnp.exp, lambda y_bar, z: (NoTangent(), 1.01 * y_bar * jnp.conj(jnp.exp(z)))),
+                 (Z.astype(jnp.complex64),), FAST),
+        ["cotangent does not match finite differences", "argument: argument 0", "relative error 0.0099"],
+    ),
+    (
+        "missing-conj",
+        test_rrule,
+        lambda: (with_rrule("csquare", lambda z: z**2, lambda y_bar, z: (NoTangent(), y_bar * 2 * z)), (Z,), FAST),
+        ["test_rrule(csquare)", "cotangent does not match finite differences", "argument: argument 0"],
+    ),
+    (
+        "transposed-matrix",
+        test_rrule,
+        lambda: (
+            with_rrule("matmul", lambda a, b: a @ b, lambda y_bar, a, b: (NoTangent(), y_bar @ b, a.T @ y_bar)),
+            (A, B),
+            FAST,
+        ),
+        ["test_rrule(matmul)", "cotangent does not match finite differences", "argument: argument 0"],
+    ),
+    (
+        "missing-broadcast-reduction",
+        test_rrule,
+        lambda: (
+            with_rrule("bmul", lambda a, b: a * b, lambda y_bar, a, b: (NoTangent(), y_bar * b, y_bar * a)),
+            (jnp.arange(1.0, 7.0).reshape(2, 3), jnp.array([[0.5, 1.5, -2.0]])),
+            FAST,
+        ),
+        ["the rule's tangent does not have its primal's shape and dtype", "argument: argument 1",
+         "expected: shape (1, 3), dtype float64", "got:      shape (2, 3)", "ProjectTo"],
+    ),
+    (
+        "wrong-second-argument",
+        test_rrule,
+        lambda: (
+            with_rrule("mul", lambda a, b: a * b, lambda y_bar, a, b: (NoTangent(), y_bar * b, 1.001 * y_bar * a)),
+            (X64, X64 + 1.0),
+            FAST,
+        ),
+        ["cotangent does not match finite differences", "argument: argument 1"],
+    ),
+    (
+        "wrong-dict-field-names-the-path",
+        test_rrule,
+        lambda: (
+            with_rrule("affine", lambda p: p["w"] * p["b"],
+                       lambda y_bar, p: (NoTangent(), {"w": y_bar * p["b"], "b": 1.001 * y_bar * p["w"]})),
+            ({"w": X64, "b": X64 + 2.0},),
+            FAST,
+        ),
+        ["cotangent does not match finite differences", "argument: argument 0 at path ['b']"],
+    ),
+    (
+        "zero-tangent-for-int",
+        test_rrule,
+        lambda: (
+            with_rrule("power", lambda x, n: x**n,
+                       lambda y_bar, x, n: (NoTangent(), y_bar * n * x ** (n - 1), ZeroTangent())),
+            (X64, 3),
+            FAST,
+        ),
+        ["an argument that cannot be perturbed got ZeroTangent()", "argument: argument 1",
+         "expected: NoTangent()", "fix:      return NoTangent()"],
+    ),
+    (
+        "cotangent-for-int",
+        test_rrule,
+        lambda: (
+            with_rrule("power", lambda x, n: x**n, lambda y_bar, x, n: (NoTangent(), y_bar * n * x ** (n - 1), 1.0)),
+            (X64, 3),
+            FAST,
+        ),
+        ["an argument that cannot be perturbed got a cotangent", "argument: argument 1", "got:      float"],
+    ),
+    (
+        "f_bar-not-NoTangent",
+        test_rrule,
+        lambda: (with_rrule("mysin", jnp.sin, lambda y_bar, x: (y_bar, y_bar * jnp.cos(x))), (X64,), FAST),
+        ["the cotangent of the function itself must be NoTangent()", "argument: f_bar (entry 0)"],
+    ),
+    (
+        "thunked-seed-differs",
+        test_rrule,
+        _thunk_sensitive,
+        ["a thunked seed gives a different cotangent", "argument: argument 0"],
+    ),
+    (
+        "wrong-arity",
+        test_rrule,
+        lambda: (with_rrule("mysin", jnp.sin, lambda y_bar, x: (y_bar * jnp.cos(x),)), (X64,), FAST),
+        ["the pullback returned the wrong number of cotangents", "expected: 2 (f_bar first", "got:      1"],
+    ),
+    (
+        "list-not-tuple",
+        test_rrule,
+        lambda: (with_rrule("mysin", jnp.sin, lambda y_bar, x: [NoTangent(), y_bar * jnp.cos(x)]), (X64,), FAST),
+        ["the pullback must return a tuple", "expected: a tuple of 2", "got:      list"],
+    ),
+    (
+        "float64-cotangent-for-float32",
+        test_rrule,
+        lambda: (
+            with_rrule("mysin", jnp.sin,
+                       lambda y_bar, x: (NoTangent(), (y_bar * jnp.cos(x)).astype(jnp.float64))),
+            (X32,),
+            FAST,
+        ),
+        ["shape and dtype", "argument: argument 0", "dtype float32", "got:      shape (3,), dtype float64"],
+    ),
+    (
+        "wrong-primal",
+        test_rrule,
+        _wrong_primal,
+        ["test_rrule(mysin)", "the rrule's primal output differs from f(*args)", "test_approx: the values differ"],
+    ),
+    (
+        "frule-off-by-1.001x",
+        test_frule,
+        lambda: (sin_frule(1.001), (X64,), FAST),
+        ["test_frule(mysin)", "tangent does not match finite differences", "argument: the output",
+         "relative error 0.000999"],
+    ),
+    (
+        "frule-rrule-not-transposes",
+        test_frule,
+        lambda: (sin_both(rrule_scale=1.001), (X64,), FAST),
+        ["the frule and the rrule are not transposes of each other", "<y_bar, frule(x_dot)>",
+         "<rrule(y_bar), x_dot>"],
+    ),
+    (
+        "test_scalar-missing-conj",
+        test_scalar,
+        lambda: (with_rrule("csquare", lambda z: z * z, lambda y_bar, z: (NoTangent(), y_bar * 2 * z)),
+                 (0.3 + 0.4j,), FAST),
+        ["test_scalar(csquare)", "the partial d(Re y)/d(Im z) does not match finite differences",
+         "expected: -0.8 (finite differences)", "got:      0.8 (rule)"],
+    ),
+    (
+        "fast-mode-1.001x",
+        test_rrule,
+        lambda: (sin_rule(1.001), (X64,), dict(FAST, mode="fast")),
+        ["cotangent does not match finite differences along", "argument: argument 0", "relative error 0.000999"],
+    ),
+    (
+        "fast-mode-1e-6-on-10^4-elements",
+        test_rrule,
+        lambda: (sin_rule(1.0 + 1e-6), (BIG,), dict(FAST, mode="fast")),
+        ["cotangent does not match finite differences along", "argument: argument 0", "relative error 1e-06"],
+    ),
+    (
+        "auto-mode-1e-6-on-10^4-elements",
+        test_rrule,
+        lambda: (sin_rule(1.0 + 1e-6), (BIG,), FAST),
+        ["cotangent does not match finite differences along", "argument: argument 0", "relative error 1e-06"],
+    ),
+    (
+        "inplaceable-thunk-add-fn-disagrees",
+        test_rrule,
+        lambda: (with_rrule("double", lambda x: 2.0 * x, _bad_inplaceable_pullback), (X64,), FAST),
+        ["InplaceableThunk: add_fn(acc) differs from acc + val", "argument: argument 0"],
+    ),
+    (
+        "wrong-only-when-traced",
+        test_rrule,
+        lambda: (with_rrule("mysin", jnp.sin, _traced_wrong_pullback), (X64,), dict(check_vmap=False)),
+        ["test_rrule(mysin): the lowered primitive's", "differs from the pullback", "argument: argument 0",
+         "relative error 0.000999"],
+    ),
+    (
+        "vmap-batched-differs-from-looped",
+        test_rrule,
+        lambda: (
+            with_rrule("scaled", lambda x: x * jnp.sum(x),
+                       lambda y_bar, x: (NoTangent(), y_bar * jnp.sum(x) + _total(y_bar * x))),
+            (X64,),
+            {},
+        ),
+        ["test_rrule(scaled)", "jax.vmap: batched differs from looped (batch element 0)"],
+    ),
+]
+
+
+@pytest.mark.parametrize("tester, factory, needles", [c[1:] for c in WRONG], ids=[c[0] for c in WRONG])
+def test_wrong_rule_fails_with_a_specific_message(tester, factory, needles):
+    f, args, kwargs = factory()
+    with pytest.raises(AssertionError) as info:
+        tester(f, *args, **kwargs)
+    message = str(info.value)
+    for needle in needles:
+        assert needle in message, f"{needle!r} not in:\n{message}"
+
+
+def test_vmap_only_wrong_rule_passes_with_check_vmap_off():
+    """The vmap case above is caught by the vmap check alone: eager and jit agree with the rule."""
+    f = with_rrule("scaled", lambda x: x * jnp.sum(x),
+                   lambda y_bar, x: (NoTangent(), y_bar * jnp.sum(x) + _total(y_bar * x)))
+    report = test_rrule(f, X64, check_vmap=False)
+    assert "jax.jit(jax.vjp)" in report.checks and "jax.vmap" not in report.checks
+
+
+def test_partial_check_names_the_partial():
+    """test_scalar's last check compares all four real partials; its message names the partial.
+
+    (Through `test_scalar` a missing conj is caught earlier by `test_rrule`; the partial check
+    is reached directly here.)
+    """
+    f = with_rrule("csquare", lambda z: z * z, lambda y_bar, z: (NoTangent(), y_bar * 2 * z))
+    with pytest.raises(AssertionError, match=r"the partial d\(Re y\)/d\(Im z\) does not match finite differences"):
+        _check_partials(f, 0.3 + 0.4j, False, True, None, None, None)
+
+
+# ------------------------------------------------------------------------------------------
+# Correct rules: each must pass, with a small error
+# ------------------------------------------------------------------------------------------
+
+
+class Point(NamedTuple):
+    x: jax.Array
+    y: jax.Array
+
+
+def _unary(name, fn, d):
+    return with_rrule(name, fn, lambda y_bar, x: (NoTangent(), y_bar * jnp.conj(d(x))))
+
+
+def _inv_pullback(y_bar, a):
+    y = jnp.linalg.inv(a)
+    return NoTangent(), -y.T @ y_bar @ y.T
+
+
+def _solve_pullback(y_bar, a, b):
+    x = jnp.linalg.solve(a, b)
+    b_bar = jnp.linalg.solve(a.T, y_bar)
+    return NoTangent(), -jnp.outer(b_bar, x), b_bar
+
+
+def _index_pullback(y_bar, x, idx):
+    return NoTangent(), jnp.zeros_like(x).at[idx].add(y_bar), NoTangent()
+
+
+def _inplaceable_pullback(y_bar, x):
+    value = Thunk(lambda: 2.0 * y_bar)
+    return NoTangent(), InplaceableThunk(lambda acc: acc + 2.0 * y_bar, value)
+
+
+_erfcx = rules.external(scipy.special.erfcx, lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)))
+
+
+@_erfcx.rrule
+def _erfcx_rrule(x):
+    y = _erfcx(x)
+
+    def erfcx_pullback(y_bar):  # d/dx erfcx(x) = 2 x erfcx(x) - 2/sqrt(pi)
+        return NoTangent(), y_bar * (2 * x * y - 2 / jnp.sqrt(jnp.pi))
+
+    return y, erfcx_pullback
+
+
+# (id, factory -> (f, args, kwargs), expected mode)
+CORRECT = [
+    ("sin", lambda: (_unary("mysin", jnp.sin, jnp.cos), (X64,), {}), "exact"),
+    ("exp", lambda: (_unary("myexp", jnp.exp, jnp.exp), (X64,), {}), "exact"),
+    ("log", lambda: (_unary("mylog", jnp.log, lambda x: 1 / x), (jnp.array([0.5, 1.5, 3.0]),), {}), "exact"),
+    ("tanh", lambda: (_unary("mytanh", jnp.tanh, lambda x: 1 - jnp.tanh(x) ** 2), (X64,), {}), "exact"),
+    ("sin-0d", lambda: (_unary("mysin", jnp.sin, jnp.cos), (jnp.asarray(0.4),), {}), "exact"),
+    ("sin-python-float", lambda: (_unary("mysin", jnp.sin, jnp.cos), (0.4,), {}), "exact"),
+    (
+        "matmul",
+        lambda: (
+            with_rrule("matmul", lambda a, b: a @ b, lambda y_bar, a, b: (NoTangent(), y_bar @ b.T, a.T @ y_bar)),
+            (A, B),
+            {},
+        ),
+        "exact",
+    ),
+    ("inv", lambda: (with_rrule("inv", jnp.linalg.inv, _inv_pullback), (A,), {}), "exact"),
+    ("solve", lambda: (with_rrule("solve", jnp.linalg.solve, _solve_pullback), (A, jnp.array([1.0, -2.0])), {}),
+     "exact"),
+    (
+        "broadcast-reduced",
+        lambda: (
+            with_rrule("bmul", lambda a, b: a * b,
+                       lambda y_bar, a, b: (NoTangent(), y_bar * b, jnp.sum(y_bar * a, axis=0, keepdims=True))),
+            (jnp.arange(1.0, 5.0).reshape(2, 2), jnp.array([[0.5, -2.0]])),
+            {},
+        ),
+        "exact",
+    ),
+    (
+        "dict-argument",
+        lambda: (
+            with_rrule("affine", lambda p: p["w"] * p["b"],
+                       lambda y_bar, p: (NoTangent(), {"w": y_bar * p["b"], "b": y_bar * p["w"]})),
+            ({"w": X64, "b": X64 + 2.0},),
+            {},
+        ),
+        "exact",
+    ),
+    (
+        "dict-argument-Tangent-cotangent",
+        lambda: (
+            with_rrule("affine", lambda p: p["w"] * p["b"],
+                       lambda y_bar, p: (NoTangent(), Tangent(dict, w=y_bar * p["b"], b=y_bar * p["w"]))),
+            ({"w": X64, "b": X64 + 2.0},),
+            {},
+        ),
+        "exact",
+    ),
+    (
+        "NamedTuple-argument-partial-Tangent",
+        lambda: (
+            with_rrule("xsin", lambda p: jnp.sin(p.x) * 2.0,
+                       lambda y_bar, p: (NoTangent(), Tangent(Point, x=2.0 * y_bar * jnp.cos(p.x)))),
+            (Point(X64, X64 - 1.0),),
+            {},
+        ),
+        "exact",
+    ),
+    (
+        "tuple-output",
+        lambda: (
+            with_rrule("sincos", lambda x: (jnp.sin(x), jnp.cos(x)),
+                       lambda y_bar, x: (NoTangent(), y_bar[0] * jnp.cos(x) - y_bar[1] * jnp.sin(x))),
+            (X64,),
+            {},
+        ),
+        "exact",
+    ),
+    ("complex-square", lambda: (_unary("csquare", lambda z: z**2, lambda z: 2 * z), (Z,), {}), "exact"),
+    ("complex-exp", lambda: (_unary("cexp", jnp.exp, jnp.exp), (Z,), {}), "exact"),
+    (
+        "complex-abs2-real-output",
+        lambda: (
+            with_rrule("abs2", lambda z: jnp.real(z * jnp.conj(z)),
+                       lambda y_bar, z: (NoTangent(), 2 * jnp.real(y_bar) * z)),
+            (Z,),
+            {},
+        ),
+        "exact",
+    ),
+    ("float32-sin", lambda: (_unary("mysin", jnp.sin, jnp.cos), (X32,), {}), "exact"),
+    (
+        "float32-matmul",
+        lambda: (
+            with_rrule("matmul", lambda a, b: a @ b, lambda y_bar, a, b: (NoTangent(), y_bar @ b.T, a.T @ y_bar)),
+            (A.astype(jnp.float32), B.astype(jnp.float32)),
+            {},
+        ),
+        "exact",
+    ),
+    ("complex64-exp", lambda: (_unary("cexp", jnp.exp, jnp.exp), (Z.astype(jnp.complex64),), {}), "exact"),
+    (
+        "python-int-exponent",
+        lambda: (
+            with_rrule("power", lambda x, n: x**n,
+                       lambda y_bar, x, n: (NoTangent(), y_bar * n * x ** (n - 1), NoTangent())),
+            (X64, 3),
+            {},
+        ),
+        "exact",
+    ),
+    (
+        "int-array-index",
+        lambda: (with_rrule("take", lambda x, idx: x[idx], _index_pullback), (X64, jnp.array([2, 0])), {}),
+        "exact",
+    ),
+    (
+        "with_tangent-NoTangent-excludes-a-float",
+        lambda: (
+            with_rrule("mul", lambda a, b: a * b, lambda y_bar, a, b: (NoTangent(), y_bar * b, y_bar * a)),
+            (X64, with_tangent(X64 + 1.0, NoTangent())),
+            {},
+        ),
+        "exact",
+    ),
+    (
+        "with_tangent-given-direction",
+        lambda: (_unary("mysin", jnp.sin, jnp.cos), (with_tangent(X64, jnp.ones(3)),), {}),
+        "exact",
+    ),
+    (
+        "keyword-argument",
+        lambda: (
+            with_rrule("scale", lambda x, scale=1.0: scale * jnp.sin(x),
+                       lambda y_bar, x, scale=1.0: (NoTangent(), scale * y_bar * jnp.cos(x))),
+            (X64,),
+            {"scale": 2.0},
+        ),
+        "exact",
+    ),
+    (
+        "thunked-cotangents",
+        lambda: (
+            with_rrule("mul", lambda a, b: a * b,
+                       lambda y_bar, a, b: (NoTangent(), Thunk(lambda: y_bar * b), Thunk(lambda: y_bar * a))),
+            (X64, X64 + 1.0),
+            {},
+        ),
+        "exact",
+    ),
+    ("inplaceable-thunk", lambda: (with_rrule("double", lambda x: 2.0 * x, _inplaceable_pullback), (X64,), {}),
+     "exact"),
+    ("scipy-external", lambda: (_erfcx, (jnp.array([0.5, 1.0, 2.0]),), {}), "exact"),
+    ("fast-mode-auto-10^4", lambda: (_unary("mysin", jnp.sin, jnp.cos), (BIG,), {}), "fast"),
+    ("fast-mode-forced", lambda: (_unary("mysin", jnp.sin, jnp.cos), (X64,), {"mode": "fast"}), "fast"),
+]
+
+
+@pytest.mark.parametrize("factory, mode", [c[1:] for c in CORRECT], ids=[c[0] for c in CORRECT])
+def test_correct_rrule_passes(factory, mode):
+    f, args, kwargs = factory()
+    report = test_rrule(f, *args, **kwargs)
+    assert isinstance(report, RuleReport)
+    assert (report.kind, report.mode) == ("rrule", mode)
+    low = any(
+        np.dtype(jnp.result_type(leaf)).itemsize <= (8 if jnp.iscomplexobj(leaf) else 4)
+        for a in args
+        for leaf in jax.tree_util.tree_leaves(a.primal if isinstance(a, WithTangent) else a)
+        if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)
+    )
+    assert report.max_error < (1e-4 if low else 1e-8)
+    every = {"primal", "arity", "dtypes", "thunked seed", "jax.vjp", "jax.jit(jax.vjp)", "jax.vmap"}
+    assert every <= set(report.checks) and f"finite differences ({mode})" in report.checks
+
+
+def test_frule_only_passes_and_checks_the_lowered_jvp():
+    report = test_frule(sin_frule(), X64)
+    assert (report.kind, report.mode) == ("frule", "exact")
+    assert report.max_error < 1e-8
+    assert {"finite differences", "jax.jvp", "jax.jit(jax.jvp)", "jax.vmap"} <= set(report.checks)
+
+
+def test_frule_with_rrule_checks_transposition():
+    report = test_frule(sin_both(), X64)
+    assert report.max_error < 1e-8
+    assert "frule/rrule transposition" in report.checks
+
+
+def test_scalar_real_function_via_scalar_rule():
+    def mytanh(x):
+        return jnp.tanh(x)
+
+    rules.scalar_rule(mytanh, lambda x, y: 1 - y**2)
+    reports = test_scalar(mytanh, 0.7)
+    assert [r.kind for r in reports] == ["frule", "rrule"]
+    assert max(r.max_error for r in reports) < 1e-8
+
+
+def test_scalar_complex_function_via_scalar_rule():
+    def cexp(z):
+        return jnp.exp(z)
+
+    rules.scalar_rule(cexp, lambda z, y: y)
+    reports = test_scalar(cexp, 0.3 - 0.5j)
+    assert [r.kind for r in reports] == ["frule", "rrule", "frule", "rrule"]
+    assert max(r.max_error for r in reports) < 1e-8
+
+
+def test_scalar_without_a_rule_says_so():
+    def plain(x):
+        return x
+
+    with pytest.raises(AssertionError, match="no rule applies"):
+        test_scalar(plain, 1.0)
+
+
+def test_rrule_without_a_rule_says_how_to_register_one():
+    def plain(x):
+        return x
+
+    with pytest.raises(AssertionError, match=r"no rrule applies(.|\n)*rules\.rrule\.register\(.*plain\)"):
+        test_rrule(plain, X64)
+    with pytest.raises(AssertionError, match="no frule applies"):
+        test_frule(plain, X64)
+
+
+def test_bad_mode_raises_value_error():
+    with pytest.raises(ValueError, match="mode must be 'auto', 'exact' or 'fast'"):
+        test_rrule(sin_rule(), X64, mode="slow")
+
+
+# ------------------------------------------------------------------------------------------
+# __test__ = False: importing a tester into a test module collects nothing extra
+# ------------------------------------------------------------------------------------------
+
+
+def test_imported_testers_are_not_collected(tmp_path):
+    (tmp_path / "test_user.py").write_text(
+        textwrap.dedent(
+            """
+            from rules.testing import test_approx, test_frule, test_rrule, test_scalar
+
+            def test_real():
+                test_approx(1.0, 1.0)
+            """
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         "-W", "error", "--rootdir", str(tmp_path), "-c", "/dev/null", str(tmp_path)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "test_user.py::test_real" in proc.stdout
+    assert "1 test collected" in proc.stdout, proc.stdout
+    for tester in (test_rrule, test_frule, test_scalar, test_approx):
+        assert tester.__test__ is False
+
+
+# ------------------------------------------------------------------------------------------
+# rand_tangent, test_approx, with_tangent
+# ------------------------------------------------------------------------------------------
+
+
+def test_rand_tangent_keeps_structure_and_dtypes():
+    x = {
+        "a": jnp.ones((2, 3), jnp.float32),
+        "b": (jnp.ones(2, jnp.complex64), 1.5),
+        "n": 3,
+        "i": jnp.arange(2),
+        "s": "name",
+        "p": Point(jnp.zeros(2), jnp.zeros(())),
+    }
+    t = rand_tangent(x, seed=3)
+    assert set(t) == set(x) and isinstance(t["b"], tuple) and len(t["b"]) == 2
+    assert (t["a"].shape, t["a"].dtype) == ((2, 3), jnp.float32)
+    assert t["b"][0].dtype == jnp.complex64 and np.all(np.imag(t["b"][0]) != 0)
+    assert isinstance(t["b"][1], float)
+    assert t["n"] == NoTangent() and t["i"] == NoTangent() and t["s"] == NoTangent()
+    assert isinstance(t["p"], Point) and t["p"].y.shape == () and t["p"].x.dtype == jnp.float64
+
+
+def test_rand_tangent_non_differentiable_value_and_seeds():
+    assert rand_tangent(3) == NoTangent()
+    assert rand_tangent((jnp.arange(3), True)) == NoTangent()
+    x = jnp.zeros(4)
+    np.testing.assert_array_equal(rand_tangent(x, seed=5), rand_tangent(x, seed=5))
+    assert not np.array_equal(rand_tangent(x, seed=5), rand_tangent(x, seed=6))
+    rng1, rng2 = np.random.default_rng(1), np.random.default_rng(1)
+    np.testing.assert_array_equal(rand_tangent(x, seed=rng1), rand_tangent(x, seed=rng2))
+
+
+def test_approx_understands_thunks_zeros_and_tangents():
+    test_approx(Thunk(lambda: jnp.ones(2)), jnp.ones(2))
+    test_approx(jnp.ones(2), Thunk(lambda: jnp.ones(2) + 1e-12))
+    test_approx(ZeroTangent(), jnp.zeros(3))
+    test_approx(jnp.zeros(3), NoTangent())
+    test_approx(ZeroTangent(), NoTangent())
+    test_approx(Tangent(dict, a=jnp.ones(2)), {"a": jnp.ones(2), "b": 0.0})
+    test_approx(Tangent(Point, x=jnp.ones(2)), Tangent(Point, x=Thunk(lambda: jnp.ones(2))))
+    test_approx(InplaceableThunk(lambda acc: acc + 1.0, Thunk(lambda: jnp.ones(2))), jnp.ones(2))
+    test_approx(jnp.ones(2, jnp.float32), jnp.ones(2, jnp.float32) * (1 + 1e-6))  # float32 tolerance
+
+
+def test_approx_failure_messages():
+    with pytest.raises(AssertionError, match=r"the values differ at leaf \['b'\]: my note(.|\n)*expected:"):
+        test_approx({"a": jnp.ones(2), "b": jnp.ones(2)}, {"a": jnp.ones(2), "b": jnp.ones(2) * 1.001}, "my note")
+    with pytest.raises(AssertionError, match="the values differ"):
+        test_approx(jnp.ones(2), jnp.ones(2) * (1 + 1e-6))  # float64 tolerance is tight
+    with pytest.raises(AssertionError, match=r"field 'x'"):
+        test_approx(Tangent(Point, x=jnp.ones(2)), Tangent(Point, x=jnp.zeros(2)))
+    with pytest.raises(AssertionError, match="structures differ"):
+        test_approx({"a": jnp.ones(2)}, {"a": jnp.ones(2), "b": jnp.ones(2)})
+    test_approx(jnp.ones(2), jnp.ones(2) * 1.001, rtol=1e-2)
+
+
+def test_with_tangent_marks_an_argument():
+    w = with_tangent(X64, jnp.ones(3))
+    assert isinstance(w, WithTangent) and w.primal is X64
+    np.testing.assert_array_equal(w.tangent, jnp.ones(3))
+    assert with_tangent(3, NoTangent()).tangent == NoTangent()
+
+
+# ----- regressions: failures are AssertionErrors with the full location ------------------------
+def test_an_inplaceable_thunk_inside_a_pytree_cotangent_is_named_by_its_path():
+    prim = rules.primitive(lambda p: p["w"] * p["b"])
+
+    @prim.rrule
+    def prim_rrule(p):
+        def prim_pullback(y_bar):
+            y_bar = rules.unthunk(y_bar)
+            wrong = InplaceableThunk(lambda acc: acc + 2 * y_bar * p["b"], Thunk(lambda: y_bar * p["b"]))
+            return NoTangent(), {"w": wrong, "b": y_bar * p["w"]}
+
+        return prim(p), prim_pullback
+
+    x = jnp.array([1.0, 2.0])
+    with pytest.raises(AssertionError, match=r"argument 0 at path \['w'\]"):
+        test_rrule(prim, {"w": x, "b": x + 2}, check_jit=False, check_vmap=False)
+
+
+def test_a_pullback_that_cannot_be_traced_fails_as_an_assertion():
+    prim = rules.primitive(lambda x: jnp.sin(x))
+
+    @prim.rrule
+    def prim_rrule(x):
+        def prim_pullback(y_bar):
+            return NoTangent(), rules.unthunk(y_bar) * np.cos(x)  # NumPy on a traced value
+
+        return prim(x), prim_pullback
+
+    with pytest.raises(AssertionError, match="failed under a JAX transformation"):
+        test_rrule(prim, jnp.array([0.1, 0.2]))
