@@ -69,6 +69,8 @@ def scalar_rule(f: Any, partials: Callable[..., Any], *, examples: Iterable[tupl
     outputs, a tuple of such tuples (one per output). Arrays broadcast: the rrule sums over
     broadcast dimensions. The rrule multiplies by the conjugate partial (holomorphic
     convention). Arguments JAX cannot differentiate (ints, bools) get `NoTangent()`.
+    Under JAX, the frule is what a primitive lowers to (`jax.custom_jvp`), so both forward
+    and reverse mode work; the rrule answers `rules.rrule(f, ...)` and `rrule_via_ad`.
 
     >>> import jax.numpy as jnp
     >>> import rules
@@ -138,6 +140,9 @@ def scalar_rule(f: Any, partials: Callable[..., Any], *, examples: Iterable[tupl
 
     scalar_frule.__name__ = f"{name}_frule"
     scalar_rrule.__name__ = f"{name}_rrule"
+    # The frule is the same rule (elementwise partials): lower it through custom_jvp, so a
+    # primitive with a scalar rule has forward mode as well as reverse mode.
+    scalar_rrule.__rules_lower_with_frule__ = True
     frule.register(f, scalar_frule)
     rrule.register(f, scalar_rrule)
     return f
@@ -168,6 +173,7 @@ def non_differentiable(f: Any, *, types: Iterable | None = None, examples: Itera
 
         return raw(*args, **kwargs), non_differentiable_pullback
 
+    non_differentiable_rrule.__rules_lower_with_frule__ = True
     frule.register(f, non_differentiable_frule, types=types)
     rrule.register(f, non_differentiable_rrule, types=types)
     return f

@@ -129,8 +129,7 @@ def _path_text(path: tuple) -> str:
 def call_lowered(prim: Any, args: tuple, kwargs: dict, leaves: list, treedef: Any) -> Any:
     """Call `prim` under a JAX transformation: through the lowering of its rules, if any."""
     note_traced(prim.__rules_key__)  # a later redefinition must clear JAX's trace caches
-    rr = rrule.lookup(prim, args)
-    fr = frule.lookup(prim, args)
+    rr, fr = lowered_rules(prim, args)
     if rr is None and fr is None:
         return prim.fn(*args, **kwargs)
     n_pos = treedef.children()[0].num_leaves
@@ -155,6 +154,19 @@ def call_lowered(prim: Any, args: tuple, kwargs: dict, leaves: list, treedef: An
         if "forward-mode autodiff" in str(err) and "custom_vjp" in str(err):
             raise ForwardModeError(lowered.forward_mode_message()) from None
         raise
+
+
+def lowered_rules(prim: Any, args: tuple) -> tuple[Any, Any]:
+    """The (rrule, frule) implementations the lowering uses for `prim(*args)`.
+
+    An rrule wins (custom_vjp), except one that declares its frule an exact equivalent
+    (`__rules_lower_with_frule__`, set by `scalar_rule` and `non_differentiable`): then the
+    frule is lowered through custom_jvp, which serves forward mode and, transposed, reverse.
+    """
+    rr, fr = rrule.lookup(prim, args), frule.lookup(prim, args)
+    if rr is not None and fr is not None and getattr(rr, "__rules_lower_with_frule__", False):
+        rr = None
+    return rr, fr
 
 
 def _raise_unhashable(prim, args, kwargs, kinds, treedef):

@@ -289,3 +289,15 @@ def test_ignore_derivatives_of_a_thunk_calls_it_and_drops_the_derivative(maybe_j
 def test_ignore_derivatives_is_itself_non_differentiable():
     _, back = rrule(rules.ignore_derivatives, X)
     assert back(jnp.ones(3)) == (NoTangent(), NoTangent())
+
+
+def test_a_scalar_rule_primitive_has_forward_and_reverse_mode():
+    # scalar_rule's frule is the same rule as its rrule: the lowering uses custom_jvp, so
+    # jax.jvp works (no ForwardModeError) and jax.grad transposes the frule.
+    f = rules.primitive(lambda x: jnp.tanh(x))
+    rules.scalar_rule(f, lambda x, y: 7 * (1 - y**2))  # deliberately 7x: proves it is used
+    _, y_dot = jax.jvp(f, (0.5,), (1.0,))
+    expected = 7 * (1 - np.tanh(0.5) ** 2)
+    assert float(y_dot) == pytest.approx(expected)
+    assert float(jax.grad(f)(0.5)) == pytest.approx(expected)
+    assert float(jax.jit(jax.grad(f))(0.5)) == pytest.approx(expected)
