@@ -375,8 +375,9 @@ class _Lowered:
                 arg_tangents.append(ZeroTangent() if has_diff else NoTangent())
             else:
                 arg_tangents.append(jax.tree_util.tree_unflatten(sub, ts))
-        with _running_rule_of(self.prim.__rules_key__):
-            y, y_dot = check_frule_result(self.prim, self.fr((NoTangent(), *arg_tangents), *args, **kwargs))
+        # No "own rule" mark here: custom_jvp recursion ends by itself (each level peels off one
+        # tangent), and an frule calling its own primitive keeps its derivative differentiable.
+        y, y_dot = check_frule_result(self.prim, self.fr((NoTangent(), *arg_tangents), *args, **kwargs))
         return y, self._to_jax_tangent(y_dot, y)
 
     def _to_jax_tangent(self, y_dot, y):

@@ -157,6 +157,7 @@ def external(
     def call(*args, **kwargs):
         shapes = result_shape_dtypes(*args, **kwargs) if callable(result_shape_dtypes) else result_shape_dtypes
         specs, tree = jax.tree_util.tree_flatten(shapes)
+        eager = not any(isinstance(leaf, _Tracer) for leaf in jax.tree_util.tree_leaves((args, kwargs)))
 
         def host(*host_args):
             out = fn(*host_args, **kwargs)
@@ -187,6 +188,9 @@ def external(
                 fixed.append(arr.astype(spec.dtype, copy=False))
             return jax.tree_util.tree_unflatten(tree, fixed)
 
+        if eager:  # an eager pure_callback of a fresh closure would compile anew on every call
+            host_args = jax.tree_util.tree_map(np.asarray, args)
+            return jax.tree_util.tree_map(jnp.asarray, host(*host_args))
         return jax.pure_callback(host, shapes, *args, vmap_method=vmap_method)
 
     call.__name__ = call.__qualname__ = fn_name

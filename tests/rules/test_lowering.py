@@ -841,3 +841,31 @@ def test_grad_of_grad_of_an_external_whose_rule_calls_itself():
     d1 = erfcx_derivative(x)
     expected = 2 * scipy.special.erfcx(x) + 2 * x * d1
     assert float(jax.grad(jax.grad(erfcx))(x)) == pytest.approx(float(expected), rel=1e-10)
+
+
+def test_an_frule_calling_its_own_external_keeps_forward_over_forward():
+    cube = rules.external(lambda x: np.asarray(x) ** 3, lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)))
+
+    @cube.frule
+    def cube_frule(tangents, x):
+        return cube(x), 3 * x**2 * tangents[1]
+
+    assert float(jax.grad(jax.grad(cube))(2.0)) == pytest.approx(12.0)
+    assert float(jax.hessian(cube)(2.0)) == pytest.approx(12.0)
+
+
+def test_an_eager_external_call_does_not_compile(caplog):
+    calls = []
+
+    def host(x):
+        calls.append(1)
+        return np.asarray(x) * 2
+
+    twice = rules.external(host, lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)))
+    twice(jnp.ones(3))  # the first call may compile JAX's own conversions once
+    caplog.clear()
+    with jax.log_compiles(True):
+        for _ in range(3):
+            out = twice(jnp.ones(3))
+    assert isinstance(out, jax.Array) and len(calls) == 4
+    assert "Compiling" not in caplog.text  # a pure_callback of a fresh closure compiled every time
