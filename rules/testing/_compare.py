@@ -116,12 +116,25 @@ def _norm(x: Any) -> float:
     return float(np.linalg.norm(np.ravel(np.asarray(x, dtype=np.complex128))))
 
 
+def _difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a - b, with 0 where the two are equal (equal infinities included)."""
+    with np.errstate(invalid="ignore"):
+        return np.where(a == b, 0, a - b)
+
+
+def _finite_norm(x: np.ndarray) -> float:
+    return _norm(np.where(np.isfinite(x), x, 0))
+
+
 def close(a: Any, b: Any, rtol: float, atol: float) -> bool:
-    """ChainRulesTestUtils' isapprox on one leaf: |a - b| <= max(atol, rtol max(|a|, |b|))."""
+    """ChainRulesTestUtils' isapprox on one leaf: |a - b| <= max(atol, rtol max(|a|, |b|)).
+
+    Equal infinities (e.g. a log-sum-exp of a fully masked row) count as equal.
+    """
     a, b = np.asarray(a, np.complex128), np.asarray(b, np.complex128)
     if a.shape != b.shape:
         return False
-    return _norm(a - b) <= max(atol, rtol * max(_norm(a), _norm(b)))
+    return _norm(_difference(a, b)) <= max(atol, rtol * max(_finite_norm(a), _finite_norm(b)))
 
 
 def compare_trees(got: Any, expected: Any, rtol: float, atol: float) -> tuple[float, list[str]]:
@@ -131,8 +144,9 @@ def compare_trees(got: Any, expected: Any, rtol: float, atol: float) -> tuple[fl
     for (path, exp), g in zip(jax.tree_util.tree_flatten_with_path(expected)[0], got_leaves):
         if not is_differentiable_leaf(exp):
             continue
-        err = _norm(np.asarray(g, np.complex128) - np.asarray(exp, np.complex128)) if np.shape(g) == np.shape(exp) else np.inf
-        worst = max(worst, err / max(_norm(exp), _norm(g), atol / max(rtol, 1e-300)))
+        g_arr, e_arr = np.asarray(g, np.complex128), np.asarray(exp, np.complex128)
+        err = _norm(_difference(g_arr, e_arr)) if g_arr.shape == e_arr.shape else np.inf
+        worst = max(worst, err / max(_finite_norm(e_arr), _finite_norm(g_arr), atol / max(rtol, 1e-300)))
         if not close(g, exp, rtol, atol):
             bad.append(jax.tree_util.keystr(path))
     return worst, bad

@@ -776,3 +776,9 @@ def test_a_pullback_that_cannot_be_traced_fails_as_an_assertion():
 
     with pytest.raises(AssertionError, match="failed under a JAX transformation"):
         test_rrule(prim, jnp.array([0.1, 0.2]))
+
+
+def test_approx_counts_equal_infinities_as_equal():
+    test_approx(jnp.array([-np.inf, 0.4]), jnp.array([-np.inf, 0.4]))
+    with pytest.raises(AssertionError):
+        test_approx(jnp.array([np.inf, 0.4]), jnp.array([-np.inf, 0.4]))
