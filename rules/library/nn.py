@@ -1,0 +1,770 @@
+"""Neural-network functions: reductions, losses, activations, layer norm and attention.
+
+Each function is a `primitive` whose rrule is the fused, numerically stable pullback that
+plain JAX autodiff of the textbook formula does not give: finite gradients where the formula
+overflows or meets `-inf - -inf`, one pass instead of a chain of small ops, and, for
+`attention`, a backward pass that recomputes the probabilities block by block instead of
+saving the n x m matrix. Static parameters (`axis`, `approximate`, `chunk_size`) get
+`NoTangent()`; a pullback returns one cotangent per positional argument actually passed.
+The numerics live in small jitted kernels: an eager call (or pullback) is one compiled
+program instead of a dozen op-by-op dispatches; under a trace they are inlined.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._helpers import _unbroadcast
+from .._primitive import primitive
+from .._projection import ProjectTo, is_differentiable_leaf
+from .._thunks import thunk, unthunk
+from .._zeros import AbstractZero, NoTangent, ZeroTangent
+
+__all__ = [
+    "logsumexp",
+    "softmax",
+    "log_softmax",
+    "softmax_cross_entropy",
+    "sparse_softmax_cross_entropy",
+    "sigmoid_binary_cross_entropy",
+    "softplus",
+    "log_sigmoid",
+    "gelu",
+    "layer_norm",
+    "mse",
+    "attention",
+]
+
+# Example inputs (small; float64 unless named *32), one shape where possible (fewer compiles).
+_M = np.array([[0.5, -1.0, 2.0], [1.5, 0.2, -0.3]])
+_M32 = _M.astype(np.float32)
+_T = np.array([[0.2, 0.5, 0.3], [0.0, 1.0, 0.0]])  # rows of probabilities
+_B = np.array([[0.0, 1.0, 1.0], [1.0, 0.0, 0.3]])  # binary targets (and a soft one)
+_S, _O = np.array([0.7, -1.2, 2.0]), np.array([0.1, 0.4, -0.5])  # layer_norm scale, offset
+
+_kernel = functools.partial(jax.jit, static_argnames=("axes",))
+
+
+# ----- shared helpers -----------------------------------------------------------------------
+def _bind(fn: Callable, args: tuple, kwargs: dict) -> list:
+    """The call's arguments in `fn`'s parameter order, defaults filled in."""
+    bound = inspect.signature(fn).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return list(bound.arguments.values())
+
+
+def _cotangents(args: tuple, *per_parameter: Any) -> tuple:
+    """(f_bar, ...): one cotangent per positional argument passed; NoTangent past the list."""
+    cts = list(per_parameter[: len(args)]) + [NoTangent()] * max(0, len(args) - len(per_parameter))
+    return (NoTangent(), *cts)
+
+
+def _axes(axis: int | tuple[int, ...] | None, ndim: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    axis = (axis,) if isinstance(axis, int) else tuple(axis)
+    return tuple(sorted(a % ndim for a in axis))
+
+
+def _maybe(x: Any, make: Callable[[], Any]) -> Any:
+    """A lazy cotangent for a differentiable `x`; NoTangent for ints, bools and None."""
+    return thunk(make) if x is not None and is_differentiable_leaf(x) else NoTangent()
+
+
+def _zero(x: Any) -> Any:
+    """The cotangent of `x` for a zero seed: ZeroTangent, or NoTangent if x cannot be perturbed."""
+    return ZeroTangent() if x is not None and is_differentiable_leaf(x) else NoTangent()
+
+
+@_kernel
+def _log_softmax_and_lse(x, axes):
+    """(log_softmax(x), logsumexp(x) with `axes` kept); all -inf rows give (-inf, -inf), not NaN."""
+    top = jnp.max(x, axis=axes, keepdims=True)
+    top = jnp.where(jnp.isfinite(top), top, 0.0)
+    shifted = x - top
+    log_total = jnp.log(jnp.sum(jnp.exp(shifted), axis=axes, keepdims=True))
+    return shifted - jnp.where(jnp.isneginf(log_total), 0.0, log_total), top + log_total
+
+
+@_kernel
+def _softmax_back(y, y_bar, axes):
+    return y * (y_bar - jnp.sum(y_bar * y, axis=axes, keepdims=True))
+
+
+@_kernel
+def _log_softmax_back(logp, y_bar, axes):
+    return y_bar - jnp.exp(logp) * jnp.sum(y_bar, axis=axes, keepdims=True)
+
+
+# ----- logsumexp ----------------------------------------------------------------------------
+@primitive(examples=[(_M,), (_M32, 0)])
+def logsumexp(x, axis=-1):
+    """log(sum(exp(x))) over `axis`, without overflow; -inf (gradient 0) for all -inf rows.
+
+    Why a rule: autodiff of the shifted formula (and of `jax.nn.logsumexp`) gives NaN
+    gradients for a row that is entirely -inf (a fully masked row); this rule gives 0 there.
+
+    Args:
+      x: real array.
+      axis: int, tuple of ints, or None (all axes); these axes are reduced.
+
+    Returns:
+      The log-sum-exp, with the reduced axes removed.
+
+    >>> import jax, jax.numpy as jnp
+    >>> x = jnp.array([[-jnp.inf, -jnp.inf], [0.0, jnp.log(3.0)]])
+    >>> logsumexp(x).round(4).tolist()
+    [-inf, 1.3863]
+    >>> jax.grad(lambda x: logsumexp(x)[1] + logsumexp(x)[0])(x).round(2).tolist()
+    [[0.0, 0.0], [0.25, 0.75]]
+
+    See also: `softmax`, `log_softmax`, `jax.nn.logsumexp`.
+    """
+    axes = _axes(axis, jnp.ndim(x))
+    return jnp.squeeze(_log_softmax_and_lse(x, axes=axes)[1], axis=axes)
+
+
+@logsumexp.rrule
+def logsumexp_rrule(*args, **kwargs):
+    x, axis = _bind(logsumexp.fn, args, kwargs)
+    axes = _axes(axis, jnp.ndim(x))
+    project_x = ProjectTo(x)
+    logp, lse = _log_softmax_and_lse(x, axes=axes)
+
+    def logsumexp_pullback(y_bar):
+        y_bar = unthunk(y_bar)
+        if isinstance(y_bar, AbstractZero):
+            return _cotangents(args, ZeroTangent())
+        return _cotangents(args, project_x(jnp.expand_dims(y_bar, axes) * jnp.exp(logp)))  # softmax; 0 on -inf rows
+
+    return jnp.squeeze(lse, axis=axes), logsumexp_pullback
+
+
+# ----- softmax ------------------------------------------------------------------------------
+@primitive(examples=[(_M,), (_M32, 0)])
+def softmax(x, axis=-1):
+    """exp(x) / sum(exp(x)) over `axis`, computed stably; all -inf rows give zeros.
+
+    Why a rule: the pullback `y * (y_bar - sum(y_bar * y))` needs only the output, where
+    autodiff of the formula saves its intermediates; it is finite for logits where the
+    naive `exp(x) / sum(exp(x))` overflows, and 0 (not NaN) on fully masked rows.
+
+    Args:
+      x: real array.
+      axis: int, tuple of ints or None: the axes normalised over.
+
+    Returns:
+      Probabilities of x's shape, summing to 1 over `axis` (0 on rows that are all -inf).
+
+    >>> import jax.numpy as jnp
+    >>> softmax(jnp.array([1000.0, 1000.0 + jnp.log(3.0)])).round(4).tolist()
+    [0.25, 0.75]
+
+    See also: `log_softmax`, `logsumexp`, `jax.nn.softmax`.
+    """
+    return jnp.exp(_log_softmax_and_lse(x, axes=_axes(axis, jnp.ndim(x)))[0])
+
+
+@softmax.rrule
+def softmax_rrule(*args, **kwargs):
+    x, axis = _bind(softmax.fn, args, kwargs)
+    axes = _axes(axis, jnp.ndim(x))
+    project_x = ProjectTo(x)
+    y = softmax.fn(x, axis)
+
+    def softmax_pullback(y_bar):
+        y_bar = unthunk(y_bar)
+        if isinstance(y_bar, AbstractZero):
+            return _cotangents(args, ZeroTangent())
+        return _cotangents(args, project_x(_softmax_back(y, y_bar, axes=axes)))
+
+    return y, softmax_pullback
+
+
+# ----- log_softmax --------------------------------------------------------------------------
+@primitive(examples=[(_M,), (_M32, 0)])
+def log_softmax(x, axis=-1):
+    """x - logsumexp(x) over `axis`: log-probabilities, stable for large logits.
+
+    Why a rule: the fused pullback `y_bar - softmax(x) * sum(y_bar)` is finite for rows
+    with -inf entries (masked classes) and for all -inf rows, where `jax.nn.log_softmax`
+    gives NaN values and gradients.
+
+    Args:
+      x: real array.
+      axis: int, tuple of ints or None: the axes normalised over.
+
+    Returns:
+      Log-probabilities of x's shape (-inf on rows that are all -inf).
+
+    >>> import jax.numpy as jnp
+    >>> log_softmax(jnp.array([0.0, jnp.log(3.0)])).round(4).tolist()
+    [-1.3863, -0.2877]
+
+    See also: `softmax`, `logsumexp`, `jax.nn.log_softmax`.
+    """
+    return _log_softmax_and_lse(x, axes=_axes(axis, jnp.ndim(x)))[0]
+
+
+@log_softmax.rrule
+def log_softmax_rrule(*args, **kwargs):
+    x, axis = _bind(log_softmax.fn, args, kwargs)
+    axes = _axes(axis, jnp.ndim(x))
+    project_x = ProjectTo(x)
+    y = log_softmax.fn(x, axis)
+
+    def log_softmax_pullback(y_bar):
+        y_bar = unthunk(y_bar)
+        if isinstance(y_bar, AbstractZero):
+            return _cotangents(args, ZeroTangent())
+        return _cotangents(args, project_x(_log_softmax_back(y, y_bar, axes=axes)))
+
+    return y, log_softmax_pullback
+
+
+# ----- softmax_cross_entropy ----------------------------------------------------------------
+@jax.jit
+def _cross_entropy(logits, onehot):
+    logp = _log_softmax_and_lse(logits, axes=(jnp.ndim(logits) - 1,))[0]
+    return -jnp.sum(jnp.where(onehot == 0, 0.0, onehot * logp), axis=-1), logp
+
+
+@jax.jit
+def _cross_entropy_back(y_bar, logp, onehot):
+    return y_bar[..., None] * (jnp.exp(logp) * jnp.sum(onehot, axis=-1, keepdims=True) - onehot)
+
+
+@primitive(examples=[(_M, _T), (_M32, _T.astype(np.float32))])
+def softmax_cross_entropy(logits, onehot):
+    """Per-example cross-entropy -sum(onehot * log_softmax(logits)) over the last axis.
+
+    Why a rule: the fused pullback `y_bar * (softmax(logits) * sum(onehot) - onehot)` (the
+    familiar `softmax - onehot`) is finite for logits so large that the naive formula
+    overflows, and saves one array instead of the chain of intermediates.
+
+    Args:
+      logits: real array (..., classes).
+      onehot: target probabilities of the same shape (one-hot or soft labels).
+
+    Returns:
+      The loss per example, shape `logits.shape[:-1]`.
+
+    >>> import jax, jax.numpy as jnp
+    >>> logits, onehot = jnp.array([[1e4, 0.0]]), jnp.array([[0.0, 1.0]])
+    >>> softmax_cross_entropy(logits, onehot).tolist()
+    [10000.0]
+    >>> jax.grad(lambda l: softmax_cross_entropy(l, onehot).sum())(logits).tolist()
+    [[1.0, -1.0]]
+
+    See also: `sparse_softmax_cross_entropy`, `log_softmax`.
+    """
+    return _cross_entropy(logits, onehot)[0]
+
+
+@softmax_cross_entropy.rrule
+def softmax_cross_entropy_rrule(logits, onehot):
+    project_logits, project_onehot = ProjectTo(logits), ProjectTo(onehot)
+    y, logp = _cross_entropy(logits, onehot)
+
+    def softmax_cross_entropy_pullback(y_bar):
+        y_bar = unthunk(y_bar)
+        if isinstance(y_bar, AbstractZero):
+            return NoTangent(), ZeroTangent(), _zero(onehot)
+        logits_bar = thunk(lambda: project_logits(_cross_entropy_back(y_bar, logp, onehot)))
+        onehot_bar = _maybe(onehot, lambda: project_onehot(-y_bar[..., None] * logp))
+        return NoTangent(), logits_bar, onehot_bar
+
+    return y, softmax_cross_entropy_pullback
+
+
+# ----- sparse_softmax_cross_entropy ---------------------------------------------------------
+@jax.jit
+def _sparse_cross_entropy(logits, labels):
+    logp = _log_softmax_and_lse(logits, axes=(jnp.ndim(logits) - 1,))[0]
+    return -jnp.take_along_axis(logp, labels[..., None], axis=-1)[..., 0], logp
+
+
+@jax.jit
+def _sparse_cross_entropy_back(y_bar, logp, labels):
+    onehot = jax.nn.one_hot(labels, logp.shape[-1], dtype=logp.dtype)
+    return y_bar[..., None] * (jnp.exp(logp) - onehot)
+
+
+@primitive(examples=[(_M, np.array([2, 0])), (_M32, np.array([1, 1], np.int32))])
+def sparse_softmax_cross_entropy(logits, labels):
+    """Per-example cross-entropy with integer class labels: -log_softmax(logits)[label].
+
+    Why a rule: the pullback `softmax(logits) - onehot(labels)` is formed in one pass, is
+    finite for huge logits, and gives the integer labels `NoTangent()` (not a float zero).
+
+    Args:
+      logits: real array (..., classes).
+      labels: int array of shape `logits.shape[:-1]`, values in [0, classes).
+
+    Returns:
+      The loss per example, shape `labels.shape`.
+
+    >>> import jax.numpy as jnp
+    >>> sparse_softmax_cross_entropy(jnp.array([[0.0, jnp.log(3.0)]]), jnp.array([1])).round(4).tolist()
+    [0.2877]
+
+    See also: `softmax_cross_entropy`, `logsumexp`.
+    """
+    return _sparse_cross_entropy(logits, labels)[0]
+
+
+@sparse_softmax_cross_entropy.rrule
+def sparse_softmax_cross_entropy_rrule(logits, labels):
+    project_logits = ProjectTo(logits)
+    y, logp = _sparse_cross_entropy(logits, labels)
+
+    def sparse_softmax_cross_entropy_pullback(y_bar):
+        y_bar = unthunk(y_bar)
+        if isinstance(y_bar, AbstractZero):
+            return NoTangent(), ZeroTangent(), NoTangent()
+        return NoTangent(), project_logits(_sparse_cross_entropy_back(y_bar, logp, labels)), NoTangent()
+
+    return y, sparse_softmax_cross_entropy_pullback
+
+
+# ----- sigmoid_binary_cross_entropy ---------------------------------------------------------
+@jax.jit
+def _softplus(x):
+    return jnp.maximum(x, 0.0) + jnp.log1p(jnp.exp(-jnp.abs(x)))
+
+
+@jax.jit
+def _sigmoid_times(y_bar, x, sign):
+    return y_bar * jax.nn.sigmoid(sign * x)
+
+
+@primitive(examples=[(_M, _B), (_M32, _B.astype(np.float32))])
+def sigmoid_binary_cross_entropy(logits, labels):
+    """Elementwise -labels*log(sigmoid(logits)) - (1-labels)*log(1-sigmoid(logits)), stably.
+
+    Why a rule: written as `softplus(logits) - logits * labels` it is exact for any |logits|;
+    the naive formula gives inf loss and NaN gradients once sigmoid rounds to 0 or 1. The
+    pullback `sigmoid(logits) - labels` is fused.
+
+    Args:
+      logits: real array.
+      labels: targets in [0, 1], same shape (or broadcastable, same rank).
+
+    Returns:
+      The elementwise loss (broadcast shape).
+
+    >>> import jax, jax.numpy as jnp
+    >>> float(sigmoid_binary_cross_entropy(jnp.array(-40.0), jnp.array(1.0)))
+    40.0
+    >>> float(jax.grad(sigmoid_binary_cross_entropy)(jnp.array(-40.0), jnp.array(1.0)))
+    -1.0
+
+    See also: `softplus`, `log_sigmoid`, `softmax_cross_entropy`.
+    """
+    return _softplus(logits) - logits * labels
+
+
+@sigmoid_binary_cross_entropy.rrule
+def sigmoid_binary_cross_entropy_rrule(logits, labels):
+    project_logits, project_labels = ProjectTo(logits), ProjectTo(labels)
+    y = sigmoid_binary_cross_entropy.fn(logits, labels)
+
+    def sigmoid_binary_cross_entropy_pullback(y_bar):
+        y_bar = unthunk(y_bar)
+        if isinstance(y_bar, AbstractZero):
+            return NoTangent(), ZeroTangent(), _zero(labels)
+        logits_bar = thunk(
+            lambda: project_logits(_unbroadcast(_sigmoid_times(y_bar, logits, 1.0) - y_bar * labels, jnp.shape(logits)))
+        )
+        labels_bar = _maybe(labels, lambda: project_labels(_unbroadcast(-y_bar * logits, jnp.shape(labels))))
+        return NoTangent(), logits_bar, labels_bar
+
+    return y, sigmoid_binary_cross_entropy_pullback
+
+
+# ----- softplus -----------------------------------------------------------------------------
+@primitive(examples=[(_M,), (_M32,)])
+def softplus(x):
+    """log(1 + exp(x)), exact for any x: max(x, 0) + log1p(exp(-|x|)).
+
+    Why a rule: the naive formula overflows to inf for x > ~710 (float64); the pullback
+    `y_bar * sigmoid(x)` is one op and finite everywhere.
+
+    Args:
+      x: real array.
+
+    Returns:
+      softplus(x), of x's shape.
+
+    >>> import jax
+    >>> float(softplus(1000.0)), float(jax.grad(softplus)(1000.0))
+    (1000.0, 1.0)
+
+    See also: `log_sigmoid`, `sigmoid_binary_cross_entropy`, `jax.nn.softplus`.
+    """
+    return _softplus(x)
+
+
+@softplus.rrule
+def softplus_rrule(x):
+    project_x = ProjectTo(x)
+
+    def softplus_pullback(y_bar):
+        return NoTangent(), project_x(_sigmoid_times(unthunk(y_bar), x, 1.0))
+
+    return _softplus(x), softplus_pullback
+
+
+# ----- log_sigmoid --------------------------------------------------------------------------
+@primitive(examples=[(_M,), (_M32,)])
+def log_sigmoid(x):
+    """log(sigmoid(x)) = -softplus(-x), exact for any x.
+
+    Why a rule: the naive `log(sigmoid(x))` is -inf with a NaN gradient once sigmoid(x)
+    underflows (x < ~-745 in float64, ~-104 in float32); the pullback `y_bar * sigmoid(-x)`
+    is finite.
+
+    Args:
+      x: real array.
+
+    Returns:
+      log(sigmoid(x)), of x's shape.
+
+    >>> import jax
+    >>> float(log_sigmoid(-1000.0)), float(jax.grad(log_sigmoid)(-1000.0))
+    (-1000.0, 1.0)
+
+    See also: `softplus`, `jax.nn.log_sigmoid`.
+    """
+    return -_softplus(-x)
+
+
+@log_sigmoid.rrule
+def log_sigmoid_rrule(x):
+    project_x = ProjectTo(x)
+
+    def log_sigmoid_pullback(y_bar):
+        return NoTangent(), project_x(_sigmoid_times(unthunk(y_bar), x, -1.0))
+
+    return -_softplus(-x), log_sigmoid_pullback
+
+
+# ----- gelu ---------------------------------------------------------------------------------
+_SQRT_HALF, _INV_SQRT_2PI = math.sqrt(0.5), 1 / math.sqrt(2 * math.pi)
+_GELU_C, _GELU_A = math.sqrt(2 / math.pi), 0.044715
+_GELU_BIG = 100.0  # beyond |x| = 100 the tanh form's curvature term is exactly 0
+
+
+@functools.partial(jax.jit, static_argnames=("approximate",))
+def _gelu_and_slope(x, approximate):
+    """(gelu(x), d gelu / dx). The tanh form as x * sigmoid(2u), u = c (x + a x^3)."""
+    if approximate:
+        s = jax.nn.sigmoid(2 * _GELU_C * (x + _GELU_A * x * x * x))
+        small = jnp.abs(x) < _GELU_BIG  # past it s (1 - s) == 0 but x^3 may overflow: 0 * inf
+        xs = jnp.where(small, x, 0.0)
+        return x * s, s + jnp.where(small, 2 * xs * s * (1 - s) * _GELU_C * (1 + 3 * _GELU_A * xs * xs), 0.0)
+    cdf = 0.5 * jax.scipy.special.erfc(-x * _SQRT_HALF)
+    return x * cdf, cdf + x * _INV_SQRT_2PI * jnp.exp(-0.5 * x * x)
+
+
+@primitive(examples=[(_M,), (_M32, True)])
+def gelu(x, approximate=False):
+    """Gaussian error linear unit x * Phi(x); `approximate=True` is the tanh form.
+
+    Why a rule: the pullback is one fused expression, and the tanh form is written as
+    `x * sigmoid(2u)` instead of `x * (1 + tanh(u)) / 2`, so it keeps its relative accuracy
+    in the negative tail (where `jax.nn.gelu` rounds to 0) and its gradient stays finite for
+    huge |x| (where autodiff of the cubic gives 0 * inf = NaN).
+    Note the default is the exact form (`jax.nn.gelu` defaults to the tanh form).
+
+    Args:
+      x: real array.
+      approximate: static bool: tanh approximation instead of the exact erfc form.
+
+    Returns:
+      gelu(x), of x's shape.
+
+    >>> import jax
+    >>> round(float(gelu(1.0)), 6), round(float(jax.grad(gelu)(1.0)), 6)
+    (0.841345, 1.083315)
+    >>> float(gelu(-9.0, True)) < 0.0, float(jax.nn.gelu(-9.0, approximate=True))
+    (True, -0.0)
+
+    See also: `jax.nn.gelu`, `softplus`.
+    """
+    return _gelu_and_slope(x, approximate=bool(approximate))[0]
+
+
+@gelu.rrule
+def gelu_rrule(*args, **kwargs):
+    x, approximate = _bind(gelu.fn, args, kwargs)
+    project_x = ProjectTo(x)
+    y, slope = _gelu_and_slope(x, approximate=bool(approximate))
+
+    def gelu_pullback(y_bar):
+        return _cotangents(args, project_x(unthunk(y_bar) * slope))
+
+    return y, gelu_pullback
+
+
+# ----- layer_norm ---------------------------------------------------------------------------
+def _spread(p, x, axes):
+    """A parameter of the normalised dims' shape, reshaped to broadcast against x (or None)."""
+    if p is None or jnp.ndim(p) == jnp.ndim(x):
+        return p
+    return jnp.reshape(p, tuple(n if a in axes else 1 for a, n in enumerate(jnp.shape(x))))
+
+
+@_kernel
+def _layer_norm(x, scale, offset, eps, axes):
+    """(y, xhat, rstd): y = xhat * scale + offset, xhat = (x - mean) * rstd."""
+    xc = x - jnp.mean(x, axis=axes, keepdims=True)
+    rstd = jax.lax.rsqrt(jnp.mean(xc * xc, axis=axes, keepdims=True) + eps)  # two-pass variance
+    xhat = xc * rstd
+    y = xhat if scale is None else xhat * _spread(scale, x, axes)
+    return (y if offset is None else y + _spread(offset, x, axes)), xhat, rstd
+
+
+@_kernel
+def _layer_norm_back(g, xhat, rstd, axes):
+    """x_bar = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = y_bar * scale."""
+    mean_g = jnp.mean(g, axis=axes, keepdims=True)
+    return rstd * (g - mean_g - xhat * jnp.mean(g * xhat, axis=axes, keepdims=True))
+
+
+def _reduce_to(dp, p, axes):
+    """Sum `dp` (x's shape) to the parameter `p`'s shape: over the normalised axes' complement."""
+    if jnp.ndim(p) == jnp.ndim(dp):
+        return _unbroadcast(dp, jnp.shape(p))
+    return jnp.reshape(jnp.sum(dp, axis=tuple(a for a in range(jnp.ndim(dp)) if a not in axes)), jnp.shape(p))
+
+
+@primitive(examples=[(_M, _S, _O), (_M32, (_B + 0.5).astype(np.float32), None, (0, 1)), (_M, None, _O, -1, 0.1)])
+def layer_norm(x, scale, offset, axis=-1, eps=1e-5):
+    """(x - mean) / sqrt(var + eps) * scale + offset, statistics over `axis`.
+
+    Why a rule: the fused pullback `rstd * (g - mean(g) - xhat * mean(g * xhat))` (with
+    `g = y_bar * scale`) is one pass saving only `xhat` and `rstd`; and the variance is the
+    two-pass `mean((x - mean)^2)`, accurate in float32 where `jax.nn.standardize`'s
+    `mean(x^2) - mean^2` cancels catastrophically for inputs with a large mean.
+
+    Args:
+      x: real array.
+      scale, offset: arrays with the shape of the normalised dimensions (e.g. `(d,)` for
+        axis=-1), or broadcastable to x with x's rank, or None (no affine part).
+      axis: static int or tuple of ints: the normalised axes.
+      eps: added to the variance; differentiated when passed positionally as a float/array.
+
+    Returns:
+      The normalised array, of x's shape.
+
+    >>> import jax.numpy as jnp
+    >>> layer_norm(jnp.array([[1.0, 2.0, 3.0]]), jnp.ones(3), jnp.zeros(3), eps=0.0).round(4).tolist()
+    [[-1.2247, 0.0, 1.2247]]
+
+    See also: `jax.nn.standardize`, `softmax`.
+    """
+    return _layer_norm(x, scale, offset, eps, axes=_axes(axis, jnp.ndim(x)))[0]
+
+
+@layer_norm.rrule
+def layer_norm_rrule(*args, **kwargs):
+    x, scale, offset, axis, eps = _bind(layer_norm.fn, args, kwargs)
+    axes = _axes(axis, jnp.ndim(x))
+    project_x, project_scale = ProjectTo(x), ProjectTo(scale)
+    project_offset, project_eps = ProjectTo(offset), ProjectTo(eps)
+    y, xhat, rstd = _layer_norm(x, scale, offset, eps, axes=axes)
+
+    def layer_norm_pullback(y_bar):
+        y_bar = unthunk(y_bar)
+        if isinstance(y_bar, AbstractZero):
+            return _cotangents(args, ZeroTangent(), _zero(scale), _zero(offset), NoTangent(), _zero(eps))
+        g = y_bar if scale is None else y_bar * _spread(scale, x, axes)
+        x_bar = thunk(lambda: project_x(_layer_norm_back(g, xhat, rstd, axes=axes)))
+        scale_bar = _maybe(scale, lambda: project_scale(_reduce_to(y_bar * xhat, scale, axes)))
+        offset_bar = _maybe(offset, lambda: project_offset(_reduce_to(y_bar, offset, axes)))
+        eps_bar = _maybe(eps, lambda: project_eps(-0.5 * jnp.sum(g * xhat * rstd * rstd)))
+        return _cotangents(args, x_bar, scale_bar, offset_bar, NoTangent(), eps_bar)
+
+    return y, layer_norm_pullback
+
+
+# ----- mse ----------------------------------------------------------------------------------
+@primitive(examples=[(_M, _M[::-1]), (_M + 1j * _M[::-1], _T - 0.5j)])
+def mse(y_hat, y):
+    """Mean squared error mean(|y_hat - y|^2) over all elements (a real scalar).
+
+    Why a rule: the pullback `2 (y_hat - y) / N` saves one difference array, reduces over
+    broadcast dimensions, gives complex inputs ChainRules' cotangent, and gives integer
+    targets `NoTangent()`.
+
+    Args:
+      y_hat: predictions (real or complex array).
+      y: targets, same shape (or broadcastable, same rank).
+
+    Returns:
+      The mean squared error, a scalar.
+
+    >>> import jax, jax.numpy as jnp
+    >>> float(mse(jnp.array([1.0, 3.0]), jnp.array([0.0, 0.0])))
+    5.0
+    >>> jax.grad(mse)(jnp.array([1.0, 3.0]), jnp.array([0.0, 0.0])).tolist()
+    [1.0, 3.0]
+
+    See also: `sigmoid_binary_cross_entropy`, `softmax_cross_entropy`.
+    """
+    d = y_hat - y
+    return jnp.mean(jnp.real(d * jnp.conj(d)))
+
+
+@mse.rrule
+def mse_rrule(y_hat, y):
+    # the seed is named loss_bar here: y_bar would read as the cotangent of the target y
+    project_y_hat, project_y = ProjectTo(y_hat), ProjectTo(y)
+    d = y_hat - y
+    loss = jnp.mean(jnp.real(d * jnp.conj(d)))
+
+    def mse_pullback(loss_bar):
+        loss_bar = unthunk(loss_bar)
+        if isinstance(loss_bar, AbstractZero):
+            return NoTangent(), _zero(y_hat), _zero(y)
+        g = (2 / np.size(d)) * jnp.real(loss_bar) * d  # dL/dRe + i dL/dIm
+        y_hat_bar = _maybe(y_hat, lambda: project_y_hat(_unbroadcast(g, jnp.shape(y_hat))))
+        y_bar = _maybe(y, lambda: project_y(_unbroadcast(-g, jnp.shape(y))))
+        return NoTangent(), y_hat_bar, y_bar
+
+    return loss, mse_pullback
+
+
+# ----- attention ----------------------------------------------------------------------------
+def _key_chunks(k, v, chunk_size):
+    """Keys and values as (chunks, ..., c, d) blocks (zero-padded), and which keys are real."""
+    m = jnp.shape(k)[-2]
+    c = max(1, min(int(chunk_size), m))
+    nc = -(-m // c)
+    pad = [(0, 0)] * (jnp.ndim(k) - 2) + [(0, nc * c - m), (0, 0)]
+
+    def blocks(a):
+        a = jnp.pad(a, pad)
+        return jnp.moveaxis(jnp.reshape(a, jnp.shape(a)[:-2] + (nc, c, jnp.shape(a)[-1])), -3, 0)
+
+    return blocks(k), blocks(v), np.arange(nc * c).reshape(nc, c) < m, m
+
+
+def _unchunk(blocks, m):
+    """(chunks, ..., c, d) -> (..., m, d): the inverse of `_key_chunks`' blocking."""
+    a = jnp.moveaxis(blocks, 0, -3)
+    return jnp.reshape(a, jnp.shape(a)[:-3] + (-1, jnp.shape(a)[-1]))[..., :m, :]
+
+
+def _scores(q, kj, valid):
+    s = jnp.einsum("...nd,...cd->...nc", q, kj) / math.sqrt(jnp.shape(q)[-1])
+    return s, jnp.reshape(valid, (1,) * (s.ndim - 1) + valid.shape)
+
+
+@functools.partial(jax.jit, static_argnames=("chunk_size",))
+def _attention_forward(q, k, v, chunk_size):
+    """Online softmax over key chunks: (out, lse), never forming the n x m scores."""
+    k_c, v_c, valid, _ = _key_chunks(k, v, chunk_size)
+    dtype, rows = jnp.result_type(q, k, v), jnp.shape(q)[:-1]
+
+    def attention_forward_step(carry, block):
+        top, total, acc = carry
+        kj, vj, ok = block
+        s, ok = _scores(q, kj, ok)
+        s = jnp.where(ok, s, -jnp.inf)
+        new_top = jnp.maximum(top, jnp.max(s, axis=-1))
+        fade = jnp.exp(top - new_top)
+        p = jnp.exp(s - new_top[..., None])
+        total = total * fade + jnp.sum(p, axis=-1)
+        acc = acc * fade[..., None] + jnp.einsum("...nc,...cv->...nv", p, vj)
+        return (new_top, total, acc), None
+
+    init = (jnp.full(rows, -jnp.inf, dtype), jnp.zeros(rows, dtype), jnp.zeros(rows + jnp.shape(v)[-1:], dtype))
+    (top, total, acc), _ = jax.lax.scan(attention_forward_step, init, (k_c, v_c, valid))
+    return acc / total[..., None], top + jnp.log(total)
+
+
+@functools.partial(jax.jit, static_argnames=("chunk_size",))
+def _attention_backward(q, k, v, out, lse, out_bar, chunk_size):
+    """(q_bar, k_bar, v_bar), recomputing each probability block from q, k and lse."""
+    scale = 1 / math.sqrt(jnp.shape(q)[-1])
+    k_c, v_c, valid, m = _key_chunks(k, v, chunk_size)
+    delta = jnp.sum(out_bar * out, axis=-1)[..., None]  # rowwise <out_bar, out>
+
+    def attention_backward_step(q_bar, block):
+        kj, vj, ok = block
+        s, ok = _scores(q, kj, ok)
+        p = jnp.where(ok, jnp.exp(s - lse[..., None]), 0.0)
+        v_bar_j = jnp.einsum("...nc,...nv->...cv", p, out_bar)
+        s_bar = p * (jnp.einsum("...nv,...cv->...nc", out_bar, vj) - delta)
+        q_bar = q_bar + jnp.einsum("...nc,...cd->...nd", s_bar, kj) * scale
+        k_bar_j = jnp.einsum("...nc,...nd->...cd", s_bar, q) * scale
+        return q_bar, (k_bar_j, v_bar_j)
+
+    q_bar = jnp.zeros(jnp.shape(q), jnp.result_type(q, k, v, out_bar))
+    q_bar, (k_bar, v_bar) = jax.lax.scan(attention_backward_step, q_bar, (k_c, v_c, valid))
+    return q_bar, _unchunk(k_bar, m), _unchunk(v_bar, m)
+
+
+@primitive(examples=[(_M, _B - _M, _T, 1)])  # two key chunks; tests cover batches and padding
+def attention(q, k, v, chunk_size=128):
+    """Scaled dot-product attention softmax(q k^T / sqrt(d)) v, in O(n * chunk) memory.
+
+    Why a rule: autodiff of the formula saves the n x m probability matrix for the backward
+    pass; this rrule saves only the output and the per-row log-sum-exp and recomputes the
+    probabilities block by block over key chunks, so neither pass holds an n x m array
+    (the forward pass is an online softmax over the same chunks).
+
+    Args:
+      q: queries (n, d), or (..., n, d) with leading batch dimensions.
+      k: keys (m, d) (same leading dimensions).
+      v: values (m, dv) (same leading dimensions).
+      chunk_size: static int: keys per block (the memory/parallelism trade-off).
+
+    Returns:
+      The attention output (..., n, dv).
+
+    >>> import jax.numpy as jnp
+    >>> q, k = jnp.zeros((2, 4)), jnp.ones((3, 4))
+    >>> v = jnp.array([[0.0], [3.0], [6.0]])
+    >>> attention(q, k, v, 2).tolist()   # equal scores: the mean of v
+    [[3.0], [3.0]]
+
+    See also: `softmax`, `logsumexp`.
+    """
+    return _attention_forward(q, k, v, chunk_size=chunk_size)[0]
+
+
+@attention.rrule
+def attention_rrule(*args, **kwargs):
+    q, k, v, chunk_size = _bind(attention.fn, args, kwargs)
+    project_q, project_k, project_v = ProjectTo(q), ProjectTo(k), ProjectTo(v)
+    out, lse = _attention_forward(q, k, v, chunk_size=chunk_size)  # the only residuals: q, k, v, out, lse
+
+    def attention_pullback(out_bar):
+        out_bar = unthunk(out_bar)
+        if isinstance(out_bar, AbstractZero):
+            return _cotangents(args, ZeroTangent(), ZeroTangent(), ZeroTangent())
+        memo: list = []
+
+        def grads():  # one backward sweep serves all three cotangents
+            if not memo:
+                memo.append(_attention_backward(q, k, v, out, lse, out_bar, chunk_size=chunk_size))
+            return memo[0]
+
+        return _cotangents(
+            args,
+            thunk(lambda: project_q(grads()[0])),
+            thunk(lambda: project_k(grads()[1])),
+            thunk(lambda: project_v(grads()[2])),
+        )
+
+    return out, attention_pullback

@@ -1,0 +1,239 @@
+"""rules.library.special: SciPy functions as externals with frules, verified and compared with JAX."""
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.special as jsp
+import numpy as np
+import pytest
+import scipy.special as ss
+
+import rules
+from rules import NoTangent
+from rules._check import _check_one
+from rules._registry import examples_of, function_name, functions_with_examples
+from rules.library import special
+from rules.testing import test_frule, with_tangent
+
+CASES = [
+    pytest.param(f, ex, id=f"{function_name(f)}-{k}")
+    for f in functions_with_examples(["rules.library.special"])
+    for k, ex in enumerate(examples_of(f))
+]
+
+# Each function of x alone, with its other argument fixed at a non-integer value.
+UNARY = {
+    "kv": lambda x: special.kv(1.3, x),
+    "kve": lambda x: special.kve(1.3, x),
+    "iv": lambda x: special.iv(1.3, x),
+    "ive": lambda x: special.ive(1.3, x),
+    "jv": lambda x: special.jv(1.3, x),
+    "yv": lambda x: special.yv(1.3, x),
+    "struve": lambda x: special.struve(1.3, x),
+    "gammaincc": lambda x: special.gammaincc(2.3, x),
+    "expi": special.expi,
+    "zeta": lambda q: special.zeta(2.5, q),
+    "erfcx": special.erfcx,
+    "spence": special.spence,
+}
+ORDERED = ["kv", "kve", "iv", "ive", "jv", "yv", "struve"]
+
+
+def _fd(f, x, h=1e-3):
+    """Five-point central difference of a scalar function (float64)."""
+    f = lambda t, f=f: float(f(t))  # noqa: E731
+    return (f(x - 2 * h) - 8 * f(x - h) + 8 * f(x + h) - f(x + 2 * h)) / (12 * h)
+
+
+# ----- the testers on every registered example --------------------------------------------------
+def test_the_module_ships_its_rules():
+    shipped = {function_name(f) for f, _ in (c.values for c in CASES)}
+    assert set(special.__all__) <= shipped and len(shipped) >= 12
+
+
+@pytest.mark.parametrize("f, example", CASES)
+def test_rule_passes_the_testers(f, example):
+    row = _check_one(f, example)
+    assert row.status == "ok", row.message
+    assert row.lowered == "jit+vmap"
+
+
+@pytest.mark.parametrize("name", ORDERED)
+def test_non_integer_orders_match_finite_differences(name):
+    # The examples use integer orders (non-differentiable to the core); the recurrences hold
+    # for every real order, which is what this checks.
+    v = np.array([0.5, 1.3, 2.7])
+    x = np.array([0.6, 1.7, 2.9]) - (1.5 if name == "ive" else 0.0) * np.array([0, 0, 1])
+    test_frule(getattr(special, name), with_tangent(v, NoTangent()), x, check_jit=False, check_vmap=False)
+
+
+# ----- value added: what JAX lacks or gets wrong ------------------------------------------------
+def test_jax_has_none_of_the_bessel_functions_of_real_order_nor_struve():
+    for name in ORDERED:
+        assert not hasattr(jsp, name), f"jax.scipy.special.{name} exists now: compare with it"
+    # ... and what it has is integer order only: bessel_jn(z, v=n)
+    x = jnp.array([0.6, 1.7, 2.9])
+    grads = jax.vmap(jax.grad(lambda x: special.jv(2.5, x)))(x)
+    np.testing.assert_allclose(grads, (ss.jv(1.5, x) - ss.jv(3.5, x)) / 2, rtol=1e-12)
+
+
+def test_scaled_bessel_functions_stay_finite_where_the_plain_ones_do_not():
+    # K_v underflows and I_v overflows at large x; the scaled ones and their gradients do not
+    # (von Mises-Fisher normalisers, Matern kernels).
+    assert float(special.kv(2.5, 800.0)) == 0.0 and np.isinf(float(special.iv(2.5, 800.0)))
+    for f in (special.kve, special.ive):
+        y, dy = jax.value_and_grad(lambda x, f=f: f(2.5, x))(800.0)
+        assert np.isfinite(float(y)) and float(y) > 0 and np.isfinite(float(dy)) and float(dy) != 0
+        assert float(dy) == pytest.approx(_fd(lambda t, f=f: f(2.5, t), 800.0), rel=1e-6)
+
+
+def test_gammaincc_slope_is_finite_at_zero_where_jax_gives_nan():
+    assert np.isnan(float(jax.jit(jax.grad(jsp.gammaincc, argnums=1))(1.0, 0.0)))
+    assert float(jax.grad(special.gammaincc, argnums=1)(1.0, 0.0)) == -1.0  # -e^{-x} at 0
+    assert float(jax.grad(special.gammaincc, argnums=1)(2.0, 0.0)) == 0.0
+    assert float(jax.grad(special.gammaincc, argnums=1)(0.5, 0.0)) == -np.inf
+
+
+def test_gammaincc_agrees_with_jax_elsewhere():
+    a = jnp.array([0.5, 1.0, 2.5, 30.0, 1e3])
+    x = jnp.array([1e-3, 0.7, 2.0, 25.0, 1e3])
+    ours = jax.vmap(jax.value_and_grad(special.gammaincc, argnums=1))(a, x)
+    theirs = jax.jit(jax.vmap(jax.value_and_grad(jsp.gammaincc, argnums=1)))(a, x)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-9)
+
+
+def test_spence_slope_is_finite_on_1_to_2_where_jax_gives_zero_or_nan():
+    x = jnp.array([1.0, 1.000001, 1.5, 2.0, 0.2, 0.9, 4.0])
+    jax_value, jax_slope = jax.jit(jax.vmap(jax.value_and_grad(jsp.spence)))(x)
+    assert float(jax_slope[0]) == 0.0 and np.all(np.isnan(jax_slope[1:4]))  # JAX: 0 at 1, NaN on (1, 2]
+    value, slope = jax.vmap(jax.value_and_grad(special.spence))(x)
+    np.testing.assert_allclose(value, jax_value, rtol=1e-12)
+    assert float(slope[0]) == -1.0 and float(slope[1]) == pytest.approx(-0.9999995, rel=1e-12)
+    np.testing.assert_allclose(slope[1:], jnp.log(x[1:]) / (1 - x[1:]), rtol=1e-12)  # log(x) / (1 - x)
+    np.testing.assert_allclose(slope[4:], jax_slope[4:], rtol=1e-12)  # and JAX's, where JAX is right
+    # smooth through 1: the second derivative there is 1/2
+    assert float(jax.hessian(special.spence)(1.0)) == pytest.approx(0.5, rel=1e-12)
+
+
+def test_erfcx_slope_is_accurate_for_large_x_where_jax_cancels():
+    def exact(x):  # asymptotic series of 2x erfcx(x) - 2/sqrt(pi); exact to double precision here
+        t = 1 / (2 * x * x)
+        return -(2 / np.sqrt(np.pi)) * t * (1 - 3 * t + 15 * t * t)
+
+    for x in (1e3, 1e4):
+        want = exact(x)
+        ours = float(jax.grad(special.erfcx)(jnp.float32(x)))
+        theirs = float(jax.jit(jax.grad(jsp.erfcx))(jnp.float32(x)))
+        assert abs(ours - want) < 1e-6 * abs(want)
+        assert abs(theirs - want) > 1e-2 * abs(want)  # float32 cancellation in JAX's rule
+    assert float(jax.grad(special.erfcx)(1e8)) == pytest.approx(exact(1e8), rel=1e-14)
+    theirs = float(jax.jit(jax.grad(jsp.erfcx))(1e8))  # 2x erfcx(x) - 2/sqrt(pi): all rounding
+    assert abs(theirs - exact(1e8)) > 0.5 * abs(exact(1e8))
+    x = jnp.array([-3.0, -0.4, 0.5, 2.0, 8.0, 9.99, 10.0, 30.0])
+    theirs = jax.jit(jax.vmap(jax.value_and_grad(jsp.erfcx)))(x)
+    np.testing.assert_allclose(jax.vmap(jax.value_and_grad(special.erfcx))(x), theirs, rtol=1e-11)
+
+
+def test_expi_and_zeta_agree_with_jax_values_and_derivatives():
+    x = jnp.array([-4.0, -0.5, 0.3, 2.0, 40.0])
+    jax_expi = jax.jit(jax.vmap(jax.value_and_grad(jsp.expi)))(x)
+    np.testing.assert_allclose(jax.vmap(jax.value_and_grad(special.expi))(x), jax_expi, rtol=1e-13)
+    s, q = jnp.array([1.5, 2.0, 3.0, 7.5]), jnp.array([0.3, 1.0, 2.5, 10.0])
+    jax_zeta = jax.jit(jax.vmap(jax.value_and_grad(jsp.zeta, argnums=1)))(s, q)
+    np.testing.assert_allclose(jax.vmap(jax.value_and_grad(special.zeta, argnums=1))(s, q), jax_zeta, rtol=1e-12)
+    hessian = jax.vmap(jax.hessian(special.zeta, argnums=1))(s, q)
+    np.testing.assert_allclose(hessian, s * (s + 1) * ss.zeta(s + 2, q), rtol=1e-12)
+
+
+# ----- forward and reverse mode, of every order -------------------------------------------------
+@pytest.mark.parametrize("name", list(UNARY))
+def test_second_derivatives_in_every_mode(name):
+    f, x, h = UNARY[name], 1.7, 1e-4
+    g = jax.jit(jax.vmap(jax.grad(f)))(x + h * jnp.array([-2.0, -1.0, 1.0, 2.0]))
+    expected = float(g[0] - 8 * g[1] + 8 * g[2] - g[3]) / (12 * h)  # five-point difference of the gradient
+    modes = {  # under one jit: one compile per mode instead of one per eager op
+        "grad(grad)": jax.grad(jax.grad(f)),
+        "hessian": jax.hessian(f),
+        "jacfwd(jacfwd)": jax.jacfwd(jax.jacfwd(f)),
+        "jvp(grad)": lambda x: jax.jvp(jax.grad(f), (x,), (1.0,))[1],
+    }
+    got = jax.jit(lambda x: {mode: d2(x) for mode, d2 in modes.items()})(x)
+    for mode, d2x in got.items():
+        assert float(d2x) == pytest.approx(expected, rel=1e-7), mode
+
+
+def test_third_derivative_of_kv_by_the_recurrence():
+    d3 = jax.grad(jax.grad(jax.grad(lambda x: special.kv(0.7, x))))(1.9)
+    k = lambda v: ss.kv(v, 1.9)  # noqa: E731
+    expected = -(k(-2.3) + 3 * k(-0.3) + 3 * k(1.7) + k(3.7)) / 8
+    assert float(d3) == pytest.approx(expected, rel=1e-12)
+
+
+def test_jvp_and_grad_agree_under_jit(maybe_jit):
+    v, x = jnp.array([0.5, 1.5, 2.5]), jnp.array([0.8, 1.6, 3.2])
+    _, y_dot = maybe_jit(lambda x: jax.jvp(lambda x: special.kv(v, x), (x,), (jnp.ones(3),)))(x)
+    grad = maybe_jit(jax.grad(lambda x: jnp.sum(special.kv(v, x))))(x)
+    np.testing.assert_allclose(y_dot, grad, rtol=1e-13)
+    np.testing.assert_allclose(grad, -(ss.kv(v - 1, x) + ss.kv(v + 1, x)) / 2, rtol=1e-13)
+
+
+# ----- documented behaviour ---------------------------------------------------------------------
+def test_vmap_is_one_host_call_per_batch(monkeypatch):
+    # vmap_method="expand_dims": the unbatched order comes with a size-1 batch axis, the
+    # batched x with its batch axis, both in front of the same (broadcast) dimensions.
+    shapes, scipy_kv = [], ss.kv
+
+    def counting_kv(v, x):
+        shapes.append((np.shape(v), np.shape(x)))
+        return scipy_kv(v, x)
+
+    monkeypatch.setattr(ss, "kv", counting_kv)
+    v = np.array([[0.5], [1.5]])  # rank 2: broadcasts against x of rank 1
+    xs = np.array([[0.7, 1.9, 3.1], [1.0, 2.0, 3.0], [0.2, 0.4, 0.6], [4.0, 5.0, 6.0]])
+    batched = jax.jit(jax.vmap(special.kv, in_axes=(None, 0)))(v, xs)
+    assert shapes == [((1, 2, 3), (4, 2, 3))]
+    np.testing.assert_allclose(batched, np.stack([ss.kv(v, x) for x in xs]), rtol=1e-14)
+    both = jax.vmap(special.kv)(np.stack([v, v + 1]), xs[:2])
+    np.testing.assert_allclose(both[1], ss.kv(v + 1, xs[1]), rtol=1e-14)
+
+
+def test_dtypes_follow_the_arguments():
+    x32 = jnp.array([0.5, 1.5], jnp.float32)
+    assert special.kv(1.5, x32).dtype == jnp.float32  # a Python order does not promote
+    assert jax.jit(special.kv)(1, x32).dtype == jnp.float32
+    assert jax.grad(lambda x: jnp.sum(special.jv(0.5, x)))(x32).dtype == jnp.float32
+    assert jax.jvp(special.erfcx, (x32,), (jnp.ones(2, jnp.float32),))[1].dtype == jnp.float32
+    assert special.kv(1, 2).dtype == jnp.float64  # ints: the default float
+    assert special.kv(np.array([0, 1]), np.array([1, 2])).dtype == jnp.float64
+
+
+def test_eager_calls_return_jax_arrays_equal_to_scipy():
+    v, x = np.array([[0.5], [2.5]]), np.array([0.4, 1.2, 5.0])
+    for name in ORDERED:
+        y = getattr(special, name)(v, x)
+        assert isinstance(y, jax.Array) and y.shape == (2, 3)
+        np.testing.assert_allclose(y, getattr(ss, name)(v, x), rtol=1e-15)
+    assert float(special.zeta(2.0)) == pytest.approx(np.pi**2 / 6, rel=1e-15)
+
+
+def test_broadcast_gradient_sums_over_the_order_axis():
+    v, x = jnp.array([[0.5], [1.5], [2.5]]), jnp.array([0.8, 1.6])
+    grad = jax.grad(lambda x: jnp.sum(special.iv(v, x)))(x)
+    np.testing.assert_allclose(grad, np.sum((ss.iv(v - 1, x) + ss.iv(v + 1, x)) / 2, axis=0), rtol=1e-13)
+
+
+@pytest.mark.parametrize(
+    "f, what",
+    [(special.kv, "order v"), (special.struve, "order v"), (special.gammaincc, "shape a"), (special.zeta, "exponent s")],
+)
+def test_differentiating_the_order_raises_not_implemented(f, what):
+    with pytest.raises(rules.NotImplementedTangentError, match=what):
+        jax.grad(f, argnums=0)(1.5, 2.0)
+    with pytest.raises(rules.NotImplementedTangentError, match=what):
+        jax.jvp(lambda p: f(p, 2.0), (1.5,), (1.0,))
+
+
+def test_complex_arguments_are_refused():
+    with pytest.raises(TypeError, match="complex arguments are not supported"):
+        special.kv(1.5, 2.0 + 1.0j)
+    with pytest.raises(TypeError, match="complex arguments are not supported"):
+        jax.jit(special.erfcx)(jnp.array([1.0 + 1.0j]))
