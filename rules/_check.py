@@ -73,6 +73,8 @@ def _describe(example: tuple) -> str:
             parts.append(f"{short}{dtype.itemsize * 8}{list(np.shape(x))}")
         elif isinstance(x, (bool, int, float, complex, str)) or x is None:
             parts.append(repr(x))
+        elif callable(x):
+            parts.append(getattr(x, "__name__", type(x).__name__))
         else:
             parts.append(f"{type(x).__name__}({len(leaves)} leaves)")
     return ", ".join(parts)
