@@ -133,7 +133,12 @@ def call_lowered(prim: Any, args: tuple, kwargs: dict, leaves: list, treedef: An
     if rr is None and fr is None:
         return prim.fn(*args, **kwargs)
     n_pos = treedef.children()[0].num_leaves
-    kinds = tuple(_kind(leaf) if i < n_pos or _kind(leaf) == STATIC else NONDIFF for i, leaf in enumerate(leaves))
+    # keyword arguments are never differentiated: arrays pass as dynamic non-differentiable
+    # inputs, Python scalars are static (bound outside the rule, like `ord=np.inf`)
+    kinds = tuple(
+        _kind(leaf) if i < n_pos else (NONDIFF if isinstance(leaf, ArrayTypes) else STATIC)
+        for i, leaf in enumerate(leaves)
+    )
     statics = tuple(leaf if k == STATIC else None for leaf, k in zip(leaves, kinds))
     key = (rr, fr, treedef, kinds, statics)
     cache = prim._lowered

@@ -869,3 +869,20 @@ def test_an_eager_external_call_does_not_compile(caplog):
             out = twice(jnp.ones(3))
     assert isinstance(out, jax.Array) and len(calls) == 4
     assert "Compiling" not in caplog.text  # a pure_callback of a fresh closure compiled every time
+
+
+def test_python_scalar_keyword_arguments_are_static_under_jit():
+    seen = []
+
+    @rules.primitive
+    def scaled(x, *, power=2.0):
+        seen.append(type(power))
+        return x**power
+
+    @scaled.rrule
+    def scaled_rrule(x, *, power=2.0):
+        return scaled(x, power=power), lambda g: (NoTangent(), g * power * x ** (power - 1))
+
+    assert float(jax.jit(lambda x: scaled(x, power=3.0))(2.0)) == 8.0
+    assert float(jax.jit(jax.grad(lambda x: scaled(x, power=3.0)))(2.0)) == 12.0
+    assert all(t is float for t in seen)  # never a tracer: bound outside the rule
