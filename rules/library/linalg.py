@@ -1,0 +1,451 @@
+"""Linear algebra primitives: norms, determinants and inverses.
+
+Each function is a `primitive` whose rrule reuses what its forward pass computed (an LU,
+the output itself) and stays finite where plain JAX autodiff does not (norms at 0). Complex
+arguments use ChainRules' convention: for a real loss l, x_bar = dl/dRe x + i dl/dIm x.
+Matrices are the last two axes; leading axes are batch axes. Solves and factorisations are
+in `rules.library.linalg_solve`; eigen- and singular value decompositions and matrix
+functions in `rules.library.linalg_spectral`. The private helpers here are shared by both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+
+from .._primitive import primitive
+from .._projection import ProjectTo
+from .._thunks import unthunk
+from .._zeros import AbstractZero, NoTangent
+
+__all__ = ["norm", "normalize", "det", "logdet", "slogdet", "inv", "pinv"]
+
+# ----- example inputs (small, well conditioned, distinct singular values) -------------------
+_V3 = np.array([0.6, -1.2, 0.9])
+_V3Z = np.array([0.6 - 0.3j, -1.2 + 0.5j, 0.2 + 0.9j])
+_M3 = np.array([[2.0, 0.5, -0.3], [0.1, 1.5, 0.4], [-0.2, 0.3, 1.0]])
+_M3Z = _M3 + 1j * np.array([[0.3, -0.1, 0.2], [0.0, 0.2, -0.4], [0.1, 0.1, -0.2]])
+_M43 = np.array([[1.0, 0.2, -0.5], [0.3, 2.0, 0.1], [-0.4, 0.6, 1.5], [0.2, -0.1, 0.3]])
+_SPD3 = _M3 @ _M3.T + np.eye(3)
+
+
+# ----- helpers ------------------------------------------------------------------------------
+def _mT(x: jax.Array) -> jax.Array:
+    return jnp.swapaxes(x, -1, -2)
+
+
+def _H(x: jax.Array) -> jax.Array:
+    """The conjugate transpose of the last two axes."""
+    return jnp.conj(_mT(x))
+
+
+def _herm(x: jax.Array) -> jax.Array:
+    """The Hermitian (for real: symmetric) part of the last two axes."""
+    return (x + _H(x)) / 2
+
+
+def _safe_div(a: jax.Array, b: jax.Array) -> jax.Array:
+    """a / b, and 0 where b == 0 (the zero subgradient at a kink)."""
+    zero = b == 0
+    return jnp.where(zero, 0, a / jnp.where(zero, 1, b))
+
+
+def _unit(x: jax.Array) -> jax.Array:
+    """x / |x| elementwise (sign for reals), 0 at 0."""
+    return _safe_div(x, jnp.abs(x)).astype(jnp.result_type(x))
+
+
+def _nots(n: int) -> tuple:
+    """NoTangent() for each of n static positional arguments."""
+    return (NoTangent(),) * n
+
+
+def _is_zero(t: Any) -> bool:
+    return isinstance(t, AbstractZero)
+
+
+# ----- norm ---------------------------------------------------------------------------------
+def _norm_kind(ndim: int, ord: Any, axis: Any) -> tuple[str, tuple[int, ...]]:
+    """("fro" | "vector" | "matrix", reduced axes) as `jnp.linalg.norm` reads ord and axis."""
+    if axis is None:
+        if ord is None:
+            return "fro", tuple(range(ndim))
+        if ndim not in (1, 2):
+            raise ValueError(f"`norm`: ord={ord!r} without axis needs a vector or a matrix; got {ndim} dimensions.")
+        axes = tuple(range(ndim))
+    else:
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = tuple(a % ndim for a in axes)
+    if len(axes) == 1:
+        return ("fro" if ord in (None, 2) else "vector"), axes
+    if len(axes) == 2:
+        return ("fro" if ord in (None, "fro") else "matrix"), axes
+    raise ValueError(f"`norm`: axis must name 1 or 2 axes; got {axis!r}.")
+
+
+def _norm_gradient(x: jax.Array, ord: Any, kind: str, axes: tuple, y: jax.Array) -> jax.Array:
+    """A (sub)gradient of the norm w.r.t. x, with y broadcast to x's rank; 0 where y == 0."""
+    ax = jnp.abs(x)
+    if kind == "fro":
+        return _safe_div(x, y)
+    if kind == "vector":
+        if ord == 0:
+            return jnp.zeros_like(x)
+        if ord == 1:
+            return _unit(x)
+        if ord in (np.inf, -np.inf):
+            hit = ax == y
+            return _safe_div(_unit(x) * hit, jnp.sum(hit, axis=axes, keepdims=True).astype(ax.dtype))
+        scale = jnp.where(ax == 0, 0, _safe_div(ax, y) ** (ord - 1))
+        return _unit(x) * scale
+    row, col = axes
+    if ord in (1, -1, np.inf, -np.inf):
+        # max/min over one axis of the absolute sums over the other
+        summed, kept = (row, col) if ord in (1, -1) else (col, row)
+        sums = jnp.sum(ax, axis=summed, keepdims=True)
+        hit = sums == y
+        return _safe_div(_unit(x) * hit, jnp.sum(hit, axis=kept, keepdims=True).astype(ax.dtype))
+    xm = jnp.moveaxis(x, (row, col), (-2, -1))
+    u, s, vt = jnp.linalg.svd(xm, full_matrices=False)
+    if ord == "nuc":  # U_r V_r^H over the nonzero singular values: the least-norm subgradient
+        keep = (s > jnp.finfo(s.dtype).eps * s.shape[-1] * s[..., :1]).astype(u.dtype)
+        g = (u * keep[..., None, :]) @ vt
+    elif ord in (2, -2):  # the singular vectors of the largest / smallest singular value
+        k = 0 if ord == 2 else -1
+        g = u[..., :, k : k + 1] @ vt[..., k : k + 1, :]
+    else:
+        raise ValueError(f"`norm`: unsupported matrix norm ord={ord!r}.")
+    return jnp.where(y == 0, 0, jnp.moveaxis(g, (-2, -1), (row, col)))
+
+
+@primitive(examples=[(_V3Z,), (_V3.astype(np.float32), 3), (_M3, "nuc"), (_M43, "inf", (1, 0))])
+def norm(x: jax.Array, ord: Any = None, axis: Any = None, keepdims: bool = False) -> jax.Array:
+    """Vector or matrix norm, as `jnp.linalg.norm`, with a zero subgradient at 0.
+
+    Why a rule: at x = 0 the derivative of |x| involves x / |x| = 0/0, and JAX returns NaN
+    (every ord, e.g. `jax.grad(jnp.linalg.norm)(jnp.zeros(3))`); the rule returns the zero
+    subgradient. At kinks (ties in max-norms, zero entries for ord=1, rank-deficient
+    nuclear norms) it returns the least-norm subgradient (ties share the seed equally).
+
+    Args:
+      x: an array.
+      ord: as `jnp.linalg.norm`: None, a number or +-inf (vectors); None, "fro", "nuc",
+        +-1, +-2, +-inf (matrices). Under a JAX transformation a Python float argument is
+        traced (differentiable), so write infinity as "inf" / "-inf" (and p as an int).
+      axis: None, an int (vector norm) or a pair of ints (matrix norm).
+      keepdims: keep the reduced axes with size 1.
+
+    Returns:
+      The norm(s), real.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from rules.library.linalg import norm
+    >>> jax.grad(norm)(jnp.zeros(3)).tolist()
+    [0.0, 0.0, 0.0]
+    >>> jax.grad(norm)(jnp.array([3.0, 4.0])).round(6).tolist()
+    [0.6, 0.8]
+
+    See also: `normalize`, `jnp.linalg.norm`.
+    """
+    return jnp.linalg.norm(x, ord=_static_ord(ord), axis=axis, keepdims=keepdims)
+
+
+def _static_ord(ord: Any) -> Any:
+    if isinstance(ord, jax.core.Tracer):
+        raise TypeError(
+            "`norm`: ord must be static, but a Python float given to a primitive is traced under a "
+            "JAX transformation; write ord='inf' / '-inf' for infinity, or an int for p."
+        )
+    return {"inf": np.inf, "-inf": -np.inf}.get(ord, ord) if isinstance(ord, str) else ord
+
+
+def _norm_options(ord: Any = None, axis: Any = None, keepdims: bool = False) -> tuple:
+    return _static_ord(ord), axis, keepdims
+
+
+@norm.rrule
+def norm_rrule(x, *options, **kw_options):
+    ord, axis, keepdims = _norm_options(*options, **kw_options)
+    project_x = ProjectTo(x)
+    kind, axes = _norm_kind(jnp.ndim(x), ord, axis)
+    y = jnp.linalg.norm(x, ord=ord, axis=axis, keepdims=keepdims)
+    grad = _norm_gradient(x, ord, kind, axes, y if keepdims else jnp.expand_dims(y, axes))
+
+    def norm_pullback(y_bar):
+        y_bar = unthunk(y_bar)
+        y_bar = y_bar if keepdims else jnp.expand_dims(y_bar, axes)
+        return (NoTangent(), project_x(y_bar * grad)) + _nots(len(options))
+
+    return y, norm_pullback
+
+
+# ----- normalize ----------------------------------------------------------------------------
+@primitive(examples=[(_V3Z,), (_M43.astype(np.float32), 1)])
+def normalize(x: jax.Array, axis: int | tuple[int, ...] | None = None) -> jax.Array:
+    """x / ||x||_2 (over all entries, or along `axis`), and 0 where ||x|| = 0.
+
+    Why a rule: x / jnp.linalg.norm(x) is NaN at 0 and so is its gradient; here the value
+    and the cotangent are 0 there, and elsewhere the pullback is one projection,
+    (y_bar - y Re<y, y_bar>) / ||x||.
+
+    Args:
+      x: an array (real or complex).
+      axis: None (all entries) or the axis/axes to normalise along.
+
+    Returns:
+      An array of x's shape with unit 2-norm (or 0) along `axis`.
+
+    >>> import jax.numpy as jnp
+    >>> from rules.library.linalg import normalize
+    >>> normalize(jnp.array([3.0, 4.0])).round(6).tolist(), normalize(jnp.zeros(2)).tolist()
+    ([0.6, 0.8], [0.0, 0.0])
+
+    See also: `norm`.
+    """
+    r = jnp.sqrt(jnp.sum(jnp.abs(x) ** 2, axis=axis, keepdims=True))
+    return _safe_div(x, r).astype(jnp.result_type(x))
+
+
+@normalize.rrule
+def normalize_rrule(x, *options, axis=None):
+    (axis,) = options or (axis,)
+    project_x = ProjectTo(x)
+    r = jnp.sqrt(jnp.sum(jnp.abs(x) ** 2, axis=axis, keepdims=True))
+    y = _safe_div(x, r).astype(jnp.result_type(x))
+
+    def normalize_pullback(y_bar):
+        y_bar = unthunk(y_bar)
+        along = jnp.sum(jnp.real(jnp.conj(y) * y_bar), axis=axis, keepdims=True)
+        return (NoTangent(), project_x(_safe_div(y_bar - y * along, r))) + _nots(len(options))
+
+    return y, normalize_pullback
+
+
+# ----- det ----------------------------------------------------------------------------------
+def _exclusive_prod(s: jax.Array) -> jax.Array:
+    """p_i = prod_{j != i} s_j along the last axis, without dividing (exact for zeros)."""
+    ones = jnp.ones_like(s[..., :1])
+    before = jnp.cumprod(jnp.concatenate([ones, s[..., :-1]], axis=-1), axis=-1)
+    after = jnp.flip(jnp.cumprod(jnp.concatenate([ones, jnp.flip(s[..., 1:], -1)], axis=-1), axis=-1), -1)
+    return before * after
+
+
+def _adjugate(A: jax.Array) -> jax.Array:
+    """adj(A) = det(A) A^{-1}, from an SVD, so also for singular A."""
+    u, s, vh = jnp.linalg.svd(A)
+    phase = jnp.linalg.det(u) * jnp.linalg.det(vh)  # unitary factors: |det| = 1
+    p = _exclusive_prod(s).astype(A.dtype)
+    return phase[..., None, None] * (_H(vh) * p[..., None, :]) @ _H(u)
+
+
+@primitive(examples=[(_M3.astype(np.float32),), (_M3Z,)])
+def det(A: jax.Array) -> jax.Array:
+    """The determinant of the square matrix (or matrices) A, with the adjugate as cotangent.
+
+    Why a rule: d det(A) = tr(adj(A) dA), and the adjugate is computed from an SVD with
+    products of all-but-one singular values, never as det(A) * inv(A), so the gradient is
+    exact at singular matrices (rank n-1: a rank-one adjugate; lower rank: 0). JAX's own
+    det rule also handles rank n-1 (by a cofactor solve); this one agrees with it there.
+
+    Args:
+      A: an array (..., n, n), real or complex.
+
+    Returns:
+      det(A), shape (...).
+
+    >>> import jax, jax.numpy as jnp
+    >>> from rules.library.linalg import det
+    >>> jax.grad(det)(jnp.array([[1.0, 2.0], [2.0, 4.0]])).round(6).tolist()
+    [[4.0, -2.0], [-2.0, 1.0]]
+
+    See also: `slogdet`, `logdet`.
+    """
+    return jnp.linalg.det(A)
+
+
+@det.rrule
+def det_rrule(A):
+    project_A = ProjectTo(A)
+    y = jnp.linalg.det(A)
+
+    def det_pullback(y_bar):
+        y_bar = unthunk(y_bar)
+        return NoTangent(), project_A(jnp.asarray(y_bar)[..., None, None] * _H(_adjugate(A)))
+
+    return y, det_pullback
+
+
+# ----- slogdet and logdet: one LU, reused -----------------------------------------------------
+def _lu_slogdet(A: jax.Array) -> tuple[tuple, jax.Array, jax.Array]:
+    """((lu, piv), sign, log|det|) of square matrices from one LU factorisation."""
+    lu, piv = jsl.lu_factor(A)
+    diag = jnp.diagonal(lu, axis1=-2, axis2=-1)
+    swaps = jnp.sum(piv != jnp.arange(piv.shape[-1], dtype=piv.dtype), axis=-1)
+    parity = jnp.where(swaps % 2 == 0, 1, -1).astype(A.dtype)
+    sign = parity * jnp.prod(_unit(diag), axis=-1)
+    return (lu, piv), sign, jnp.sum(jnp.log(jnp.abs(diag)), axis=-1)
+
+
+def _inv_H(factors: tuple, A: jax.Array) -> jax.Array:
+    """A^{-H} from A's LU factors."""
+    eye = jnp.broadcast_to(jnp.eye(A.shape[-1], dtype=A.dtype), A.shape)
+    return jsl.lu_solve(factors, eye, trans=2 if jnp.iscomplexobj(A) else 1)
+
+
+@primitive(examples=[(_M3Z,), (_M3.astype(np.float32) * np.array([[-1.0], [1.0], [1.0]], np.float32),)])
+def slogdet(A: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(sign, log|det A|) of square matrices, from one LU reused by the pullback.
+
+    Why a rule: the pullback is A^{-H} from the forward pass's LU factors (one solve, no
+    refactorisation, no differentiation through the LU); the sign of a real matrix is
+    locally constant and gets no cotangent; the unit-modulus sign of a complex one gets
+    its exact cotangent, -i Im(conj(sign_bar) sign) A^{-H}.
+
+    Args:
+      A: an array (..., n, n), real or complex.
+
+    Returns:
+      (sign, logabsdet), each (...): sign has A's dtype (+-1 or 0 for real A), logabsdet
+      is real.
+
+    >>> import jax.numpy as jnp
+    >>> from rules.library.linalg import slogdet
+    >>> [round(float(v), 6) for v in slogdet(jnp.array([[0.0, 2.0], [3.0, 0.0]]))]
+    [-1.0, 1.791759]
+
+    See also: `logdet`, `det`.
+    """
+    _, sign, logabs = _lu_slogdet(A)
+    return sign, logabs
+
+
+@slogdet.rrule
+def slogdet_rrule(A):
+    project_A = ProjectTo(A)
+    factors, sign, logabs = _lu_slogdet(A)
+
+    def slogdet_pullback(y_bar):
+        sign_bar, logabs_bar = unthunk(y_bar)
+        coef = jnp.zeros(A.shape[:-2], A.dtype)
+        if not _is_zero(logabs_bar):
+            coef = coef + logabs_bar
+        if not _is_zero(sign_bar) and jnp.iscomplexobj(A):
+            coef = coef - 1j * jnp.imag(jnp.conj(sign_bar) * sign)
+        return NoTangent(), project_A(coef[..., None, None] * _inv_H(factors, A))
+
+    return (sign, logabs), slogdet_pullback
+
+
+@primitive(examples=[(_SPD3,)])
+def logdet(A: jax.Array) -> jax.Array:
+    """log det A of square matrices (real A: det > 0, else NaN; complex: principal log).
+
+    Why a rule: the cotangent A^{-H} y_bar comes from the forward pass's LU factors
+    (one solve), instead of JAX differentiating through the factorisation.
+
+    Args:
+      A: an array (..., n, n), e.g. symmetric positive definite.
+
+    Returns:
+      log det A (real for real A, complex for complex A).
+
+    >>> import jax, jax.numpy as jnp
+    >>> from rules.library.linalg import logdet
+    >>> jax.grad(logdet)(jnp.array([[2.0, 0.0], [0.0, 4.0]])).round(6).tolist()
+    [[0.5, 0.0], [0.0, 0.25]]
+
+    See also: `slogdet`, `det`, `rules.library.linalg_solve.cholesky`.
+    """
+    _, sign, logabs = _lu_slogdet(A)
+    return logabs + jnp.log(sign)
+
+
+@logdet.rrule
+def logdet_rrule(A):
+    project_A = ProjectTo(A)
+    factors, sign, logabs = _lu_slogdet(A)
+
+    def logdet_pullback(y_bar):
+        return NoTangent(), project_A(jnp.asarray(unthunk(y_bar))[..., None, None] * _inv_H(factors, A))
+
+    return logabs + jnp.log(sign), logdet_pullback
+
+
+# ----- inv ----------------------------------------------------------------------------------
+@primitive(examples=[(_M3.astype(np.float32),), (_M3Z,)])
+def inv(A: jax.Array) -> jax.Array:
+    """The inverse of the square matrix (or matrices) A.
+
+    Why a rule: the pullback is two matrix products with the output,
+    A_bar = -Y^H Y_bar Y^H, with no second factorisation.
+
+    Args:
+      A: an array (..., n, n), invertible.
+
+    Returns:
+      A^{-1}.
+
+    >>> import jax.numpy as jnp
+    >>> from rules.library.linalg import inv
+    >>> inv(jnp.array([[2.0, 0.0], [0.0, 4.0]])).tolist()
+    [[0.5, 0.0], [0.0, 0.25]]
+
+    See also: `rules.library.linalg_solve.solve`, `pinv`.
+    """
+    return jnp.linalg.inv(A)
+
+
+@inv.rrule
+def inv_rrule(A):
+    project_A = ProjectTo(A)
+    y = jnp.linalg.inv(A)
+
+    def inv_pullback(y_bar):
+        yh = _H(y)
+        return NoTangent(), project_A(-yh @ unthunk(y_bar) @ yh)
+
+    return y, inv_pullback
+
+
+# ----- pinv ---------------------------------------------------------------------------------
+@primitive(examples=[(_M43,), (_M3Z,)])
+def pinv(A: jax.Array) -> jax.Array:
+    """The Moore-Penrose pseudo-inverse of a matrix of locally constant rank.
+
+    Why a rule: the pullback is closed form in A and A^+ (matrix products only, no
+    differentiation through the SVD): A_bar = -P^H Y_bar P^H + (I - A P) Y_bar^H P P^H
+    + P^H P Y_bar^H (I - P A), with P = A^+ (Golub and Pereyra).
+
+    Args:
+      A: an array (..., m, n).
+
+    Returns:
+      A^+, (n, m).
+
+    >>> import jax.numpy as jnp
+    >>> from rules.library.linalg import pinv
+    >>> pinv(jnp.array([[2.0], [0.0]])).tolist()
+    [[0.5, 0.0]]
+
+    See also: `rules.library.linalg_solve.lstsq`, `inv`.
+    """
+    return jnp.linalg.pinv(A)
+
+
+@pinv.rrule
+def pinv_rrule(A):
+    project_A = ProjectTo(A)
+    P = jnp.linalg.pinv(A)
+
+    def pinv_pullback(y_bar):
+        y_bar = unthunk(y_bar)
+        PH, YH = _H(P), _H(y_bar)
+        left = YH - (A @ P) @ YH  # (I - A P) Y_bar^H
+        right = YH - YH @ (P @ A)  # Y_bar^H (I - P A)
+        return NoTangent(), project_A(-PH @ y_bar @ PH + left @ (P @ PH) + (PH @ P) @ right)
+
+    return P, pinv_pullback

@@ -1,0 +1,128 @@
+"""rules.library.linalg: every rule verified by the testers, and what it does better than JAX."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rules._check import _check_one
+from rules._registry import examples_of, function_name, functions_with_examples
+from rules.library import linalg as la
+
+CASES = [
+    pytest.param(f, ex, id=f"{function_name(f)}-{k}")
+    for f in functions_with_examples(["rules.library.linalg"])
+    for k, ex in enumerate(examples_of(f))
+]
+
+
+def _cofactor_adjugate(A):
+    """adj(A) by cofactors (the definition), in NumPy."""
+    A = np.asarray(A)
+    n = A.shape[0]
+    adj = np.zeros_like(A)
+    for i in range(n):
+        for j in range(n):
+            minor = np.delete(np.delete(A, i, axis=0), j, axis=1)
+            adj[j, i] = (-1) ** (i + j) * np.linalg.det(minor)
+    return adj
+
+
+def test_the_module_ships_its_rules():
+    assert {function_name(f) for f, _ in (c.values for c in CASES)} == set(la.__all__)
+
+
+@pytest.mark.parametrize("f, example", CASES)
+def test_rule_passes_the_testers(f, example):
+    row = _check_one(f, example)
+    assert row.status == "ok", row.message
+    assert row.lowered == "jit+vmap"
+
+
+# ----- value added: where plain JAX is NaN, wrong, or does more work ---------------------------
+@pytest.mark.parametrize("ord, x", [(None, jnp.zeros(3)), (3, jnp.zeros(3)), ("fro", jnp.zeros((2, 2)))])
+def test_norm_has_a_zero_subgradient_at_zero_where_jax_is_nan(ord, x):
+    assert np.isnan(jax.grad(lambda x: jnp.linalg.norm(x, ord))(x)).all()
+    np.testing.assert_array_equal(jax.grad(lambda x: la.norm(x, ord))(x), np.zeros(x.shape))
+
+
+def test_normalize_is_finite_at_zero_where_jax_is_nan():
+    x, w = jnp.zeros(3), jnp.array([1.0, -2.0, 0.5])
+    assert np.isnan(jax.grad(lambda x: w @ (x / jnp.linalg.norm(x)))(x)).all()
+    np.testing.assert_array_equal(la.normalize(x), np.zeros(3))
+    np.testing.assert_array_equal(jax.grad(lambda x: w @ la.normalize(x))(x), np.zeros(3))
+    x = jnp.array([0.3, -1.0, 2.0])  # and agrees with JAX away from 0
+    np.testing.assert_allclose(jax.grad(lambda x: w @ la.normalize(x))(x),
+                               jax.grad(lambda x: w @ (x / jnp.linalg.norm(x)))(x), rtol=1e-12)
+
+
+@pytest.mark.parametrize("A", [
+    np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]]),  # rank 2: rank-one adjugate
+    np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 2.0]]),  # rank 2, zero pivot inside
+    np.outer([1.0, 2.0, -1.0], [0.5, 1.0, 3.0]),  # rank 1: adjugate 0
+])
+def test_det_gradient_is_the_adjugate_at_singular_matrices(A):
+    expected = _cofactor_adjugate(A).T
+    np.testing.assert_allclose(jax.grad(la.det)(A), expected, atol=1e-12)
+    np.testing.assert_allclose(jax.jit(jax.grad(la.det))(A), expected, atol=1e-12)
+    # JAX 0.10's own det rule (a cofactor solve) is right here too: the rules agree
+    np.testing.assert_allclose(jax.grad(jnp.linalg.det)(A), expected, atol=1e-12)
+
+
+def _count(jaxpr, name):
+    """How many equations named `name` a jaxpr holds, sub-jaxprs (pjit, custom_vjp) included."""
+
+    def subs(value):
+        if hasattr(value, "jaxpr") and hasattr(value, "consts"):  # ClosedJaxpr
+            return [value.jaxpr]
+        if hasattr(value, "eqns"):
+            return [value]
+        if isinstance(value, (tuple, list)):
+            return [j for v in value for j in subs(v)]
+        return []
+
+    return sum(e.primitive.name == name for e in jaxpr.eqns) + sum(
+        _count(sub, name) for e in jaxpr.eqns for v in e.params.values() for sub in subs(v)
+    )
+
+
+def test_slogdet_factorises_once_where_jax_factorises_twice():
+    A = jnp.asarray(la._M3)
+    plain = jax.make_jaxpr(jax.grad(lambda A: jnp.linalg.slogdet(A)[1]))(A)
+    ours = jax.make_jaxpr(jax.grad(lambda A: la.slogdet(A)[1]))(A)
+    assert (_count(plain.jaxpr, "lu"), _count(ours.jaxpr, "lu")) == (2, 1)
+    np.testing.assert_allclose(jax.grad(lambda A: la.slogdet(A)[1])(A),
+                               jax.grad(lambda A: jnp.linalg.slogdet(A)[1])(A), rtol=1e-12)
+
+
+# ----- documented behaviour -------------------------------------------------------------------
+def test_norm_max_ties_share_the_seed_and_inf_is_written_as_a_string():
+    x = jnp.array([1.0, -1.0, 0.5])
+    np.testing.assert_allclose(jax.jit(jax.grad(lambda x: la.norm(x, "inf")))(x), [0.5, -0.5, 0.0])
+    assert float(la.norm(x, np.inf)) == 1.0  # eagerly a float ord is fine
+    with pytest.raises(TypeError, match="ord='inf'"):  # traced: a Python float is an array to JAX
+        jax.jit(lambda x: la.norm(x, np.inf))(x)
+
+
+def test_norm_nuclear_subgradient_drops_zero_singular_values():
+    A = jnp.array([[2.0, 0.0], [0.0, 0.0]])
+    np.testing.assert_allclose(jax.grad(lambda A: la.norm(A, "nuc"))(A), [[1.0, 0.0], [0.0, 0.0]])
+
+
+def test_slogdet_sign_gets_no_cotangent_for_real_and_the_exact_one_for_complex():
+    A = jnp.asarray(la._M3)
+    np.testing.assert_array_equal(jax.grad(lambda A: la.slogdet(A)[0])(A), np.zeros((3, 3)))
+    Z, c = jnp.asarray(la._M3Z), 0.7 - 0.4j
+
+    def loss(slogdet):
+        return lambda Z: jnp.real(c * slogdet(Z)[0]) + slogdet(Z)[1]
+
+    np.testing.assert_allclose(jax.grad(loss(la.slogdet))(Z), jax.grad(loss(jnp.linalg.slogdet))(Z), rtol=1e-10)
+
+
+def test_logdet_and_inv_agree_with_jax_where_jax_is_right():
+    A = jnp.asarray(la._SPD3)
+    np.testing.assert_allclose(jax.grad(la.logdet)(A), jax.grad(lambda A: jnp.linalg.slogdet(A)[1])(A), rtol=1e-12)
+    G = jnp.arange(9.0).reshape(3, 3)
+    np.testing.assert_allclose(jax.grad(lambda A: jnp.sum(G * la.inv(A)))(A),
+                               jax.grad(lambda A: jnp.sum(G * jnp.linalg.inv(A)))(A), rtol=1e-12)

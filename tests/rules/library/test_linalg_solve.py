@@ -1,0 +1,80 @@
+"""rules.library.linalg_solve: every rule verified by the testers, and what it does better."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rules._check import _check_one
+from rules._registry import examples_of, function_name, functions_with_examples
+from rules.library import linalg_solve as ls
+
+CASES = [
+    pytest.param(f, ex, id=f"{function_name(f)}-{k}")
+    for f in functions_with_examples(["rules.library.linalg_solve"])
+    for k, ex in enumerate(examples_of(f))
+]
+
+
+def test_the_module_ships_its_rules():
+    assert {function_name(f) for f, _ in (c.values for c in CASES)} == set(ls.__all__)
+
+
+@pytest.mark.parametrize("f, example", CASES)
+def test_rule_passes_the_testers(f, example):
+    row = _check_one(f, example)
+    assert row.status == "ok", row.message
+    assert row.lowered == "jit+vmap"
+
+
+# ----- value added: where plain JAX is NaN ------------------------------------------------------
+def test_lstsq_is_finite_at_repeated_singular_values_where_jax_is_nan():
+    A, b = jnp.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]), jnp.array([1.0, 2.0, 3.0])
+    w = jnp.array([1.0, -3.0])
+    assert np.isnan(jax.grad(lambda A: w @ jnp.linalg.lstsq(A, b)[0])(A)).all()
+    ours = jax.grad(lambda A: w @ ls.lstsq(A, b))(A)
+    normal_equations = jax.grad(lambda A: w @ jnp.linalg.solve(A.T @ A, A.T @ b))(A)
+    np.testing.assert_allclose(ours, normal_equations, rtol=1e-12, atol=1e-14)
+
+
+# ----- documented behaviour -------------------------------------------------------------------
+def _count(jaxpr, name):
+    """How many equations named `name` a jaxpr holds, sub-jaxprs (pjit, custom_vjp) included."""
+
+    def subs(value):
+        if hasattr(value, "jaxpr") and hasattr(value, "consts"):  # ClosedJaxpr
+            return [value.jaxpr]
+        if hasattr(value, "eqns"):
+            return [value]
+        if isinstance(value, (tuple, list)):
+            return [j for v in value for j in subs(v)]
+        return []
+
+    return sum(e.primitive.name == name for e in jaxpr.eqns) + sum(
+        _count(sub, name) for e in jaxpr.eqns for v in e.params.values() for sub in subs(v)
+    )
+
+
+def test_solve_factorises_once_and_reuses_the_lu_in_the_pullback():
+    # (jnp.linalg.solve also factorises once, through jax.lax.custom_linear_solve)
+    A, b = jnp.asarray(ls._M3), jnp.asarray(ls._B3)
+    grads = jax.make_jaxpr(jax.grad(lambda A, b: jnp.sum(ls.solve(A, b) ** 2), argnums=(0, 1)))(A, b)
+    assert _count(grads.jaxpr, "lu") == 1
+
+
+def test_cholesky_cotangent_is_symmetric_and_composes_with_cho_solve():
+    A, b = jnp.asarray(ls._SPD3), jnp.asarray(ls._V3)
+    g = jax.grad(lambda A: jnp.sum(ls.cholesky(A)))(A)
+    np.testing.assert_allclose(g, g.T, rtol=1e-14)
+    via_factor = jax.grad(lambda A, b: b @ ls.cho_solve(ls.cholesky(A), b), argnums=(0, 1))(A, b)
+    via_solve = jax.grad(lambda A, b: b @ jnp.linalg.solve((A + A.T) / 2, b), argnums=(0, 1))(A, b)
+    for ours, jaxs in zip(via_factor, via_solve):
+        np.testing.assert_allclose(ours, jaxs, rtol=1e-10)
+
+
+def test_triangular_solve_cotangent_lives_on_the_triangle_it_reads():
+    a, b = jnp.asarray(ls._M3), jnp.asarray(ls._V3)  # full matrix: only one triangle is read
+    lower = jax.grad(lambda a: jnp.sum(ls.triangular_solve(a, b)))(a)
+    upper = jax.grad(lambda a: jnp.sum(ls.triangular_solve(a, b, lower=False)))(a)
+    np.testing.assert_array_equal(lower, np.tril(lower))
+    np.testing.assert_array_equal(upper, np.triu(upper))

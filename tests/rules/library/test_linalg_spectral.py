@@ -1,0 +1,146 @@
+"""rules.library.linalg_spectral: every rule verified by the testers, and what it does better."""
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+import pytest
+
+from rules._check import _check_one
+from rules._registry import examples_of, function_name, functions_with_examples
+from rules.library import linalg_spectral as sp
+
+CASES = [
+    pytest.param(f, ex, id=f"{function_name(f)}-{k}")
+    for f in functions_with_examples(["rules.library.linalg_spectral"])
+    for k, ex in enumerate(examples_of(f))
+]
+
+# A symmetric matrix with a repeated eigenvalue (1, 1, 2), and the identity.
+_Q = jnp.asarray(sp._Q3)
+REPEATED = _Q @ jnp.diag(jnp.array([1.0, 1.0, 2.0])) @ _Q.T
+G = jnp.array([[1.0, 2.0, -1.0], [0.5, 0.0, 3.0], [-2.0, 1.0, 1.5]])  # a non-symmetric seed
+
+
+def test_the_module_ships_its_rules():
+    assert {function_name(f) for f, _ in (c.values for c in CASES)} == set(sp.__all__)
+
+
+@pytest.mark.parametrize("f, example", CASES)
+def test_rule_passes_the_testers(f, example):
+    row = _check_one(f, example)
+    assert row.status == "ok", row.message
+    assert row.lowered == "jit+vmap"
+
+
+# ----- value added: finite (and right) at repeated eigenvalues, where JAX is NaN ----------------
+def _trace_of_exp(eigh):
+    def loss(A):  # trace(V diag(exp(w)) V^T) = trace(expm(A)): invariant to rotations of V
+        w, v = eigh(A)
+        return jnp.trace(v @ jnp.diag(jnp.exp(w)) @ v.T)
+
+    return loss
+
+
+@pytest.mark.parametrize("A", [jnp.eye(3), REPEATED], ids=["identity", "rotated-1-1-2"])
+def test_eigh_is_right_for_a_rotation_invariant_loss_at_a_repeated_eigenvalue(A):
+    expected = jsl.expm(A)  # d tr(expm(A)) = expm(A)^T
+    plain = jax.grad(_trace_of_exp(jnp.linalg.eigh))(A)
+    assert not np.allclose(plain, expected, rtol=1e-3)  # JAX: NaN (exactly equal) or wrong (nearly)
+    np.testing.assert_allclose(jax.grad(_trace_of_exp(sp.eigh))(A), expected, rtol=1e-12)
+
+
+def test_eigh_with_an_eigenvalue_loss_skips_the_gaps_and_agrees_with_jax():
+    loss = lambda eigh: lambda A: jnp.sum(eigh(A)[0] ** 2)  # noqa: E731
+    ours = jax.jit(jax.grad(loss(sp.eigh)))(REPEATED)
+    np.testing.assert_allclose(ours, 2 * REPEATED, rtol=1e-12)  # d tr(A^2) = 2 A
+    np.testing.assert_allclose(ours, jax.grad(loss(jnp.linalg.eigh))(REPEATED), rtol=1e-12)
+    np.testing.assert_allclose(jax.grad(lambda A: jnp.sum(sp.eigvalsh(A)))(REPEATED), np.eye(3), atol=1e-12)
+
+
+def test_svd_is_finite_for_a_rotation_invariant_loss_at_repeated_singular_values():
+    A = jnp.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
+
+    def loss(svd):  # trace(U diag(s^3) U^T) = sum(s^3)
+        def trace(A):
+            u, s, _ = svd(A)
+            return jnp.trace(u @ jnp.diag(s**3) @ u.T)
+
+        return trace
+
+    assert np.isnan(jax.grad(loss(lambda A: jnp.linalg.svd(A, full_matrices=False)))(A)).all()
+    np.testing.assert_allclose(jax.grad(loss(sp.svd))(A), 3 * A, atol=1e-12)
+    np.testing.assert_allclose(jax.grad(lambda A: jnp.sum(sp.svdvals(A)))(A), A, atol=1e-12)
+
+
+@pytest.mark.parametrize("name, plain_f, df_at_1", [
+    ("sqrtm_psd", jnp.sqrt, 0.5), ("expm_sym", jnp.exp, np.e), ("logm_spd", jnp.log, 1.0),
+])
+def test_matrix_functions_are_finite_and_exact_at_the_identity_where_eigh_code_is_nan(name, plain_f, df_at_1):
+    def via_jax_eigh(A):
+        w, v = jnp.linalg.eigh(A)
+        return v @ jnp.diag(plain_f(w)) @ v.T
+
+    I = jnp.eye(3)
+    assert np.isnan(jax.grad(lambda A: jnp.sum(G * via_jax_eigh(A)))(I)).all()
+    ours = jax.grad(lambda A: jnp.sum(G * getattr(sp, name)(A)))(I)
+    np.testing.assert_allclose(ours, df_at_1 * (G + G.T) / 2, rtol=1e-12)  # f'(1) herm(G)
+
+
+def test_expm_sym_agrees_with_jax_pade_expm_at_a_repeated_eigenvalue():
+    ours = jax.grad(lambda A: jnp.sum(G * sp.expm_sym(A)))(REPEATED)
+    pade = jax.grad(lambda A: jnp.sum(G * jsl.expm((A + A.T) / 2)))(REPEATED)
+    np.testing.assert_allclose(ours, pade, rtol=1e-10)
+
+
+def test_sqrtm_and_logm_invert_their_inverses_through_the_rules_at_a_repeated_eigenvalue():
+    # d <G, S(A) S(A)> = d <G, A>  and  d <G, expm(logm(A))> = d <G, A>: both herm(G)
+    for compose in (lambda A: sp.sqrtm_psd(A) @ sp.sqrtm_psd(A), lambda A: sp.expm_sym(sp.logm_spd(A))):
+        g = jax.jit(jax.grad(lambda A: jnp.sum(G * compose(A))))(REPEATED)
+        np.testing.assert_allclose(g, (G + G.T) / 2, rtol=1e-9, atol=1e-12)
+
+
+# ----- documented behaviour -------------------------------------------------------------------
+def test_sym_matrix_function_takes_the_limit_that_masked_eigh_drops():
+    # sum(V f(W) V^T) at I: the exact gradient is f'(1) * ones; through eigh the degenerate
+    # pairs are dropped (finite, but only the diagonal survives): use sym_matrix_function.
+    def via_eigh(A):
+        w, v = sp.eigh(A)
+        return jnp.sum(v @ jnp.diag(jnp.exp(w)) @ v.T)
+
+    I = jnp.eye(3)
+    np.testing.assert_allclose(jax.grad(via_eigh)(I), np.e * np.eye(3), rtol=1e-12)
+    np.testing.assert_allclose(jax.grad(lambda A: jnp.sum(sp.sym_matrix_function(A, jnp.exp)))(I),
+                               np.e * np.ones((3, 3)), rtol=1e-12)
+
+
+def test_sym_matrix_function_derives_df_by_forward_mode_or_takes_it_given():
+    A = jnp.asarray(sp._S3) + 0.1 * G  # a non-symmetric input: its symmetric part is used
+    auto = jax.grad(lambda A: jnp.sum(G * sp.sym_matrix_function(A, jnp.tanh)))(A)
+    given = jax.grad(lambda A: jnp.sum(G * sp.sym_matrix_function(A, jnp.tanh, df=lambda w: 1 - jnp.tanh(w) ** 2)))(A)
+    np.testing.assert_allclose(auto, given, rtol=1e-12)
+    np.testing.assert_allclose(auto, auto.T, rtol=1e-12)  # the cotangent is symmetric
+
+
+def test_complex_eigh_and_svd_agree_with_jax_on_gauge_invariant_losses():
+    Z, M = jnp.asarray(sp._S3Z), jnp.asarray(sp._M43) + 0.2j
+
+    def eigh_loss(eigh):  # V diag(sin w) V^H does not depend on the eigenvectors' phases
+        def loss(A):
+            w, v = eigh(A)
+            return jnp.sum(jnp.abs(v @ jnp.diag(jnp.sin(w)) @ v.conj().T + 0.3j) ** 2)
+
+        return loss
+
+    def svd_loss(svd):  # U diag(s^2) V^H likewise
+        def loss(A):
+            u, s, vt = svd(A)
+            return jnp.sum(jnp.abs(u @ jnp.diag(s**2) @ vt + 0.3j) ** 2)
+
+        return loss
+
+    herm = lambda A: jnp.linalg.eigh((A + A.conj().T) / 2)  # noqa: E731
+    np.testing.assert_allclose(jax.grad(eigh_loss(sp.eigh))(Z), jax.grad(eigh_loss(herm))(Z), atol=1e-12)
+    thin = lambda A: jnp.linalg.svd(A, full_matrices=False)  # noqa: E731
+    for A in (M, M.T):  # tall and wide: the (I - U U^H) terms
+        np.testing.assert_allclose(jax.grad(svd_loss(sp.svd))(A), jax.grad(svd_loss(thin))(A), atol=1e-12)
