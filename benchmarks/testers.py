@@ -106,7 +106,7 @@ def run(quick: bool = False) -> str:
             threshold = "-" if quick else smallest_detected(lambda d: detects_rrule(make(d), x, mode))
             rows.append([n, f"test_rrule {mode} (core)", f"{t_core:.3f}", f"{t_core / t_cg:.2f}", _count[0], threshold])
             rows.append([n, f"test_rrule {mode} (+jit, vmap, thunk)", f"{t_full:.3f}", f"{t_full / t_cg:.2f}", "", ""])
-    header = ["elements", "checker", "median s", "ratio vs check_grads", "calls of f (a vmapped batch counts once)", "smallest error detected"]
+    header = ["elements", "checker", "median s", "ratio vs check_grads", "calls of f (a vmapped batch counts once; the large-input loop once per point)", "smallest error detected"]
     return "## Testers: test_rrule vs jax.test_util.check_grads\n\n" + table(header, rows) + "\n\n" + (__doc__ or "").split("\n\n", 1)[1]
 
 

@@ -113,7 +113,14 @@ def default_tolerance(*trees: Any) -> tuple[float, float]:
 
 
 def _norm(x: Any) -> float:
-    return float(np.linalg.norm(np.ravel(np.asarray(x, dtype=np.complex128))))
+    x = np.asarray(x)
+    return float(np.linalg.norm(np.ravel(x if np.iscomplexobj(x) else x.astype(np.float64, copy=False))))
+
+
+def _wide(x: Any) -> np.ndarray:
+    """x as float64, or complex128 if complex (no complex copy of a real array)."""
+    x = np.asarray(x)
+    return x.astype(np.complex128 if np.iscomplexobj(x) else np.float64, copy=False)
 
 
 def _difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -131,7 +138,7 @@ def close(a: Any, b: Any, rtol: float, atol: float) -> bool:
 
     Equal infinities (e.g. a log-sum-exp of a fully masked row) count as equal.
     """
-    a, b = np.asarray(a, np.complex128), np.asarray(b, np.complex128)
+    a, b = _wide(a), _wide(b)
     if a.shape != b.shape:
         return False
     return _norm(_difference(a, b)) <= max(atol, rtol * max(_finite_norm(a), _finite_norm(b)))
@@ -144,7 +151,7 @@ def compare_trees(got: Any, expected: Any, rtol: float, atol: float) -> tuple[fl
     for (path, exp), g in zip(jax.tree_util.tree_flatten_with_path(expected)[0], got_leaves):
         if not is_differentiable_leaf(exp):
             continue
-        g_arr, e_arr = np.asarray(g, np.complex128), np.asarray(exp, np.complex128)
+        g_arr, e_arr = _wide(g), _wide(exp)
         err = _norm(_difference(g_arr, e_arr)) if g_arr.shape == e_arr.shape else np.inf
         worst = max(worst, err / max(_finite_norm(e_arr), _finite_norm(g_arr), atol / max(rtol, 1e-300)))
         if not close(g, exp, rtol, atol):

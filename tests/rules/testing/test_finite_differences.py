@@ -15,6 +15,7 @@ import pytest  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+import rules.testing._finite_differences as fd_module  # noqa: E402
 from rules.testing._finite_differences import (  # noqa: E402
     FDMethod,
     backward_fdm,
@@ -411,24 +412,120 @@ def _counting(f):
     return counted, traces
 
 
-def test_fd_jacobian_traces_f_once_for_the_step_and_once_for_the_stencil():
+def test_fd_jacobian_traces_f_once_for_the_step_and_the_stencil():
     f, traces = _counting(lambda a, b: jnp.tanh(a @ b))
     fd_jacobian(M, f, A, B)  # 20 input directions x 4 stencil points
-    assert len(traces) <= 2
+    assert len(traces) == 1  # f's jaxpr serves both batched evaluations
     f, traces = _counting(lambda a, b: jnp.tanh(a @ b))
     fd_jacobian(M, f, A, B, step=1e-3)
     assert len(traces) == 1
 
 
 @pytest.mark.parametrize("adapt", [0, 1, 2])
-def test_fd_jvp_and_fd_vjp_trace_f_at_most_twice(adapt):
+def test_fd_jvp_and_fd_vjp_trace_f_once(adapt):
     m = central_fdm(5, 1, adapt=adapt)
     f, traces = _counting(lambda x: jnp.sin(x) * x)
     fd_jvp(m, f, (X,), (jnp.ones(4),))
     assert len(traces) == 1  # step selection and stencil share one padded batch shape
     f, traces = _counting(lambda x: jnp.sin(x) * x)
     fd_vjp(m, f, jnp.ones(4), (X,))
-    assert len(traces) <= 2
+    assert len(traces) == 1
+
+
+# ------------------------------------------------------------------------------------------
+# Large batches: a loop on the device over the real points, reduced on the device
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def looped(monkeypatch):
+    """Treat every batch along a direction as large, so it takes the device loop."""
+    monkeypatch.setattr(fd_module, "_VMAP_ELEMENTS", 0)
+
+
+@pytest.mark.parametrize("f, args", CASES)
+def test_large_batch_loop_matches_jax(f, args, looped):
+    tangents = _random_like(args, 1)
+    _assert_trees_close(fd_jvp(M, f, args, tangents), jax.jvp(f, args, tangents)[1])
+    y, pullback = jax.vjp(f, *args)
+    y_bar = _random_like(y, 2)
+    _assert_trees_close(fd_vjp(M, f, y_bar, args), pullback(y_bar))
+    flat = lambda v: to_vec(f(*to_vec(args)[1](v)))[0]  # noqa: E731
+    got = np.concatenate(fd_jacobian(M, f, *args), axis=1)
+    np.testing.assert_allclose(got, jax.jacfwd(flat)(to_vec(args)[0]), rtol=RTOL, atol=1e-10)
+
+
+def test_large_batch_loop_complex(looped):
+    z_dot = jnp.asarray(_rng.standard_normal(3) + 1j * _rng.standard_normal(3))
+    got = fd_jvp(M, lambda z: z**2, (Z,), (z_dot,))
+    assert got.dtype == np.complex128
+    np.testing.assert_allclose(got, 2 * Z * z_dot, rtol=RTOL)
+
+
+def test_large_batch_loop_gives_the_same_step_and_estimate(monkeypatch):
+    f = lambda x: jnp.tanh(x) * jnp.log(x)  # noqa: E731
+    tangents = (jnp.asarray(_rng.standard_normal(4)),)
+    small = fd_jvp(M, f, (X,), tangents)
+    scalar_small = central_fdm(5, 1).estimate_step(jnp.exp, 0.3)
+    monkeypatch.setattr(fd_module, "_VMAP_ELEMENTS", 0)
+    np.testing.assert_allclose(fd_jvp(M, f, (X,), tangents), small, rtol=1e-12, atol=1e-15)
+    scalar_large = central_fdm(5, 1).estimate_step(jnp.exp, 0.3)
+    np.testing.assert_allclose(scalar_large, scalar_small, rtol=1e-12)
+    assert abs(central_fdm(5, 1)(jnp.sin, 1.0) - math.cos(1.0)) < 1e-12
+    estimate, err = extrapolate_fdm(central_fdm(2, 1), jnp.sin, 1.0)
+    assert abs(estimate - math.cos(1.0)) < 1e-12 and err < 1e-11
+
+
+@pytest.mark.parametrize(
+    "adapt, small, large", [(0, 4, 4), (1, 13 + 13, 13 + 4), (2, 13 + 13 + 13, 13 + 13 + 4)]
+)
+def test_large_batch_loop_evaluates_no_padding(adapt, small, large, monkeypatch):
+    calls = []
+
+    def f(x):
+        jax.debug.callback(lambda v: calls.append(1), x[0])  # once per point, also under vmap
+        return jnp.sin(x) * x
+
+    m = central_fdm(5, 1, adapt=adapt)
+    fd_jvp(m, f, (X,), (jnp.ones(4),))
+    jax.effects_barrier()
+    assert len(calls) == small  # small batches: the stencil is padded to the step's batch
+    calls.clear()
+    monkeypatch.setattr(fd_module, "_VMAP_ELEMENTS", 0)
+    traced, traces = _counting(f)
+    fd_jvp(m, traced, (X,), (jnp.ones(4),))
+    jax.effects_barrier()
+    assert len(calls) == large and len(traces) == 1  # one compiled loop, real points only
+
+
+@pytest.mark.parametrize("method", ["_along", "_along_reduced"])
+def test_several_directions_share_one_trace_and_one_compiled_evaluation(method, monkeypatch):
+    if method == "_along_reduced":
+        monkeypatch.setattr(fd_module, "_VMAP_ELEMENTS", 0)
+    compiled = []  # a jitted method runs its Python body only when it is traced and compiled
+    original = getattr(fd_module._Flat, method)
+
+    def counted(self, *args):
+        compiled.append(1)
+        return original(self, *args)
+
+    monkeypatch.setattr(fd_module._Flat, method, counted)
+    f, traces = _counting(lambda a, b: jnp.tanh(a @ b))
+    directions = [_random_like((A, B), seed) for seed in (3, 4, 5)]
+    got = fd_module._fd_jvps("fd_jvp", M, f, (A, B), directions, None)
+    assert len(traces) == 1 and len(compiled) == 1
+    for y_dot, tangents in zip(got, directions):
+        np.testing.assert_allclose(y_dot, fd_jvp(M, f, (A, B), tangents), rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(y_dot, jax.jvp(f, (A, B), tangents)[1], rtol=RTOL, atol=1e-10)
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_fd_jvp_of_a_constant_function_is_exactly_zero(large, monkeypatch):
+    if large:
+        monkeypatch.setattr(fd_module, "_VMAP_ELEMENTS", 0)
+    y_dot = fd_jvp(M, lambda x, c: (c * 1.7 + 0.1, jnp.sum(x) * 0 + 3.0), (X, jnp.ones(3)),
+                   (jnp.ones(4), jnp.zeros(3)))
+    assert all(np.all(np.asarray(leaf) == 0) for leaf in jax.tree_util.tree_leaves(y_dot))
 
 
 def test_x64_disabled_globally_still_differences_in_float64():
