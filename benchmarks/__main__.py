@@ -3,9 +3,9 @@
 import pathlib
 import sys
 
-from . import lowering, testers
+from . import api, checkpoint, library, lowering, testers
 
-SCRIPTS = [lowering, testers]
+SCRIPTS = [lowering, api, checkpoint, testers, library]
 
 
 def main() -> int:

@@ -1,0 +1,128 @@
+"""The library rules win (issue 7, row 7): memory and time against plain JAX autodiff.
+
+- implicit `fixed_point` vs unrolled `jax.grad` through `lax.fori_loop`, 10/100/1000
+  iterations of x <- tanh(W x + b)/2 with x of size 256: compiled-gradient scratch memory
+  (target ratio <= 0.1 at 1000) and time;
+- memory-efficient `attention` vs naive softmax attention: compiled-gradient scratch memory
+  at sequence lengths 512..8192 (d = 64, float32);
+- `solve` and `logdet` rules vs `jnp.linalg` gradients (time, 256x256);
+- `softmax_cross_entropy` vs autodiff of the naive formula (time, 4096x1000 logits).
+
+Method: peak memory is XLA's own account of the compiled program,
+`jax.jit(f).lower(...).compile().memory_analysis().temp_size_in_bytes` (scratch buffers,
+arguments and outputs excluded), so nothing large is executed; times are medians over
+repetitions after a warm-up, the two sides measured alternately.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._common import paired_medians, table
+
+from rules.library.implicit import fixed_point  # noqa: E402
+from rules.library.linalg import logdet  # noqa: E402
+from rules.library.linalg_solve import solve  # noqa: E402
+from rules.library.nn import attention, softmax_cross_entropy  # noqa: E402
+
+
+def temp_bytes(fn, *args) -> int:
+    return int(jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes)
+
+
+def _layer(x, theta):
+    w, b = theta
+    return 0.5 * jnp.tanh(w @ x + b)
+
+
+def _mb(b: int) -> str:
+    return f"{b / 2**20:.2f} MiB"
+
+
+def implicit_rows(quick: bool) -> list[list]:
+    n = 64 if quick else 256
+    rng = np.random.default_rng(0)
+    w = jnp.asarray(rng.standard_normal((n, n)) / np.sqrt(n), jnp.float32)
+    b = jnp.asarray(rng.standard_normal(n), jnp.float32)
+    x0 = jnp.zeros(n, jnp.float32)
+    rows = []
+    for iters in ([10, 100] if quick else [10, 100, 1000]):
+        def implicit_loss(theta, iters=iters):
+            return jnp.sum(fixed_point(_layer, x0, theta, tol=1e-6, max_iter=iters))
+
+        def unrolled_loss(theta, iters=iters):
+            return jnp.sum(jax.lax.fori_loop(0, iters, lambda _, x: _layer(x, theta), x0))
+
+        gi, gu = jax.grad(implicit_loss), jax.grad(unrolled_loss)
+        mi, mu = temp_bytes(gi, (w, b)), temp_bytes(gu, (w, b))
+        ji, ju = jax.jit(gi), jax.jit(gu)
+        ti, tu = paired_medians(lambda: ji((w, b)), lambda: ju((w, b)), 3 if quick else 20)
+        target = " (target <= 0.1: " + ("met)" if mi / mu <= 0.1 else "MISSED)") if iters == 1000 else ""
+        rows.append([f"fixed_point, {iters} iterations", _mb(mi), _mb(mu), f"{mi / mu:.3f}{target}",
+                     f"{ti * 1e3:.2f} / {tu * 1e3:.2f} ms", f"{ti / tu:.2f}"])
+    return rows
+
+
+def naive_attention(q, k, v):
+    p = jax.nn.softmax(q @ k.T / jnp.sqrt(q.shape[-1]), axis=-1)
+    return p @ v
+
+
+def attention_rows(quick: bool) -> list[list]:
+    rows = []
+    d = 64
+    for n in ([256, 512] if quick else [512, 1024, 2048, 4096, 8192]):
+        q = jax.ShapeDtypeStruct((n, d), jnp.float32)
+        ours = jax.grad(lambda q, k, v: jnp.sum(attention(q, k, v)), argnums=(0, 1, 2))
+        naive = jax.grad(lambda q, k, v: jnp.sum(naive_attention(q, k, v)), argnums=(0, 1, 2))
+        mo, mn = temp_bytes(ours, q, q, q), temp_bytes(naive, q, q, q)
+        rows.append([f"attention grad, n=m={n}", _mb(mo), _mb(mn), f"{mo / mn:.3f}", "-", "-"])
+    return rows
+
+
+def linalg_rows(quick: bool) -> list[list]:
+    n = 64 if quick else 256
+    rng = np.random.default_rng(1)
+    a = jnp.asarray(rng.standard_normal((n, n)) + n * np.eye(n))
+    b = jnp.asarray(rng.standard_normal((n, 4)))
+    reps = 3 if quick else 30
+    rows = []
+    pairs = [
+        ("solve grad", lambda a, b: jnp.sum(solve(a, b) ** 2), lambda a, b: jnp.sum(jnp.linalg.solve(a, b) ** 2)),
+        ("logdet grad", lambda a, b: logdet(a), lambda a, b: jnp.linalg.slogdet(a)[1]),
+    ]
+    for label, ours, plain in pairs:
+        go, gp = jax.jit(jax.grad(ours, argnums=(0, 1))), jax.jit(jax.grad(plain, argnums=(0, 1)))
+        to, tp = paired_medians(lambda: go(a, b), lambda: gp(a, b), reps)
+        rows.append([f"{label}, {n}x{n}", "-", "-", "-", f"{to * 1e3:.3f} / {tp * 1e3:.3f} ms", f"{to / tp:.2f}"])
+    return rows
+
+
+def xent_rows(quick: bool) -> list[list]:
+    n, c = (512, 100) if quick else (4096, 1000)
+    rng = np.random.default_rng(2)
+    logits = jnp.asarray(rng.standard_normal((n, c)), jnp.float32)
+    onehot = jax.nn.one_hot(jnp.asarray(rng.integers(0, c, n)), c, dtype=jnp.float32)
+
+    def naive(logits, onehot):
+        p = jnp.exp(logits) / jnp.sum(jnp.exp(logits), axis=-1, keepdims=True)
+        return jnp.mean(-jnp.sum(onehot * jnp.log(p), axis=-1))
+
+    go = jax.jit(jax.grad(lambda l, o: jnp.mean(softmax_cross_entropy(l, o))))
+    gn = jax.jit(jax.grad(naive))
+    to, tn = paired_medians(lambda: go(logits, onehot), lambda: gn(logits, onehot), 3 if quick else 30)
+    return [[f"softmax_cross_entropy grad, {n}x{c}", "-", "-", "-", f"{to * 1e3:.3f} / {tn * 1e3:.3f} ms", f"{to / tn:.2f}"]]
+
+
+def run(quick: bool = False) -> str:
+    rows = implicit_rows(quick) + attention_rows(quick) + linalg_rows(quick) + xent_rows(quick)
+    header = ["what", "scratch memory, ours", "plain JAX", "memory ratio", "time ours / plain", "time ratio"]
+    return "## Library rules vs plain JAX autodiff\n\n" + table(header, rows) + "\n\n" + __doc__.split("\n\n", 1)[1]
+
+
+if __name__ == "__main__":
+    print(run(quick="--quick" in sys.argv))
