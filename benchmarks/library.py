@@ -27,7 +27,8 @@ from ._common import paired_medians, table
 from rules.library.implicit import fixed_point  # noqa: E402
 from rules.library.linalg import logdet  # noqa: E402
 from rules.library.linalg_solve import solve  # noqa: E402
-from rules.library.nn import attention, softmax_cross_entropy  # noqa: E402
+from rules.library.nn import softmax_cross_entropy  # noqa: E402
+from rules.library.nn_layers import attention  # noqa: E402
 
 
 def temp_bytes(fn, *args) -> int:

@@ -10,5 +10,6 @@ from . import linalg as linalg
 from . import linalg_solve as linalg_solve
 from . import linalg_spectral as linalg_spectral
 from . import nn as nn
+from . import nn_layers as nn_layers
 from . import nondiff as nondiff
 from . import special as special
