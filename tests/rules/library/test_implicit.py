@@ -8,7 +8,7 @@ import pytest
 import rules
 from rules._check import _check_one
 from rules._registry import examples_of, function_name, functions_with_examples
-from rules.library.implicit import (
+from rules.library._implicit_common import (
     _contraction,
     _coupled,
     _cubic,
@@ -17,11 +17,8 @@ from rules.library.implicit import (
     _quadratic,
     _shifted_matvec,
     _spd_matvec,
-    argmin,
-    fixed_point,
-    linear_solve,
-    root,
 )
+from rules.library.implicit import argmin, fixed_point, linear_solve, root
 
 CASES = [
     pytest.param(f, ex, id=f"{function_name(f)}-{k}")
