@@ -65,7 +65,16 @@ def function_name(f: Any) -> str:
 
 
 def registry_version() -> int:
-    """A counter bumped by every registration; lowering caches compare against it."""
+    """A counter bumped by every registration (lowering caches compare against it).
+
+    >>> import rules
+    >>> before = rules.registry_version()
+    >>> _ = rules.rrule.register(max)(lambda *a: (max(*a), lambda g: (rules.NoTangent(),) * (1 + len(a))))
+    >>> rules.registry_version() > before
+    True
+
+    See also: `rrule`, `frule`.
+    """
     return _version
 
 
@@ -359,7 +368,24 @@ def opt_out(f: Any, types: Iterable) -> None:
 
 
 def register_examples(f: Any, examples: Iterable[tuple]) -> None:
-    """Attach example argument tuples to `f`, used by `python -m rules check`."""
+    """Attach example argument tuples to `f`, which `python -m rules check` verifies it on.
+
+    >>> import numpy as np
+    >>> import rules
+    >>> def halve(x):
+    ...     return x / 2
+    >>> rules.register_examples(halve, [(np.array([0.1, 0.2]),)])   # one example: x
+    >>> rules.register_examples(halve, [np.array([0.1, 0.2])])
+    Traceback (most recent call last):
+    ...
+    rules._errors.RuleDefinitionError: examples for `halve` must be tuples of arguments
+    ...
+
+    Raises:
+      RuleDefinitionError: an example is not a tuple of arguments.
+
+    See also: `primitive` (its `examples=`), `scalar_rule`.
+    """
     checked = []
     for ex in examples:
         if not isinstance(ex, tuple):
