@@ -49,7 +49,7 @@ from ._tangent import Tangent, children_with_names
 from ._thunks import unthunk
 from ._zeros import AbstractZero, NoTangent, ZeroTangent
 
-__all__ = ["call_lowered", "is_tracer", "bypass_in_own_rule"]
+__all__ = ["call_lowered", "is_tracer", "bypass_in_own_rule", "conj_tree"]
 
 DIFF, NONDIFF, STATIC = 0, 1, 2
 _Tracer = jax.core.Tracer
@@ -107,12 +107,13 @@ def _kind(leaf: Any) -> int:
     return STATIC
 
 
-def _is_complex(dtype: Any) -> bool:
-    return jnp.issubdtype(dtype, jnp.complexfloating)
-
-
 def _conj(x: Any) -> Any:
     return jnp.conj(x) if jnp.iscomplexobj(x) else x
+
+
+def conj_tree(tree: Any) -> Any:
+    """Conjugate the complex leaves: the switch between JAX's and ChainRules' convention."""
+    return jax.tree_util.tree_map(_conj, tree)
 
 
 def _zeros_for(shape: tuple, dtype: Any) -> Any:

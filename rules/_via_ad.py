@@ -11,6 +11,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from ._lowering import _tangent_leaves, conj_tree
 from ._projection import is_differentiable_leaf
 from ._registry import frule, rrule
 from ._tangent import Tangent
@@ -18,10 +19,6 @@ from ._thunks import unthunk
 from ._zeros import AbstractZero, NoTangent, ZeroTangent
 
 __all__ = ["rrule_via_ad", "frule_via_ad"]
-
-
-def _conj_tree(tree: Any) -> Any:
-    return jax.tree_util.tree_map(lambda x: jnp.conj(x) if jnp.iscomplexobj(x) else x, tree)
 
 
 def _split(args: tuple) -> tuple[list, list]:
@@ -36,8 +33,6 @@ def _dense(t: Any, like: Any) -> Any:
     if isinstance(t, AbstractZero):
         return jax.tree_util.tree_map(jnp.zeros_like, like)
     if isinstance(t, Tangent):
-        from ._lowering import _tangent_leaves
-
         leaves, tree = jax.tree_util.tree_flatten(like)
         parts = _tangent_leaves(t, like, [True] * len(leaves), "rrule_via_ad", "output", ())
         return jax.tree_util.tree_unflatten(
@@ -81,8 +76,8 @@ def rrule_via_ad(f: Any, *args: Any, **kwargs: Any):
     y, vjp_fn = jax.vjp(f_of_diff, *diff_leaves)
 
     def via_ad_pullback(y_bar):
-        g = _conj_tree(_dense(y_bar, y))
-        cts = iter(_conj_tree(vjp_fn(g)))
+        g = conj_tree(_dense(y_bar, y))
+        cts = iter(conj_tree(vjp_fn(g)))
         out = [next(cts) if d else NoTangent() for d in diff]
         per_arg = jax.tree_util.tree_unflatten(treedef, out)
         return (NoTangent(), *(_collapse(a) for a in per_arg))

@@ -21,7 +21,7 @@ from .._errors import describe_argument, format_message
 from .._primitive import Primitive, unwrap
 from .._projection import is_differentiable_leaf, tangent_dtype
 from .._registry import frule, function_name, has_frule, has_rrule, rrule
-from .._lowering import _tangent_leaves, lowered_rules
+from .._lowering import _tangent_leaves, conj_tree, lowered_rules
 from .._thunks import InplaceableThunk, Thunk, unthunk
 from .._zeros import AbstractZero, NoTangent, ZeroTangent
 from ._compare import WithTangent, _perturbable, compare_trees, default_tolerance, dense_like, rand_tangent, test_approx
@@ -96,10 +96,6 @@ class _Problem:
 
     def size(self) -> int:
         return sum(np.size(l) * (2 if jnp.iscomplexobj(l) else 1) for l in jax.tree_util.tree_leaves(self.args) if is_differentiable_leaf(l))
-
-
-def _conj(tree: Any) -> Any:
-    return jax.tree_util.tree_map(lambda x: jnp.conj(x) if jnp.iscomplexobj(x) else x, tree)
 
 
 def _jax_seed(y_bar_dense: Any, y: Any) -> Any:
@@ -387,7 +383,7 @@ def _check_inplaceable(tester, name, i, part: InplaceableThunk, path: str) -> No
 def _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, check_vmap, seed) -> list[str]:
     def vjp_cr(dargs, y_bar):
         out, back = jax.vjp(problem.prim_fn, *dargs)
-        return out, _conj(back(_jax_seed(y_bar, out)))
+        return out, conj_tree(back(_jax_seed(y_bar, out)))
 
     rtol, atol = _lowered_tol(problem.args, y)
     want = tuple(dense[i] for i in problem.index)

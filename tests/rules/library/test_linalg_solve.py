@@ -38,28 +38,11 @@ def test_lstsq_is_finite_at_repeated_singular_values_where_jax_is_nan():
 
 
 # ----- documented behaviour -------------------------------------------------------------------
-def _count(jaxpr, name):
-    """How many equations named `name` a jaxpr holds, sub-jaxprs (pjit, custom_vjp) included."""
-
-    def subs(value):
-        if hasattr(value, "jaxpr") and hasattr(value, "consts"):  # ClosedJaxpr
-            return [value.jaxpr]
-        if hasattr(value, "eqns"):
-            return [value]
-        if isinstance(value, (tuple, list)):
-            return [j for v in value for j in subs(v)]
-        return []
-
-    return sum(e.primitive.name == name for e in jaxpr.eqns) + sum(
-        _count(sub, name) for e in jaxpr.eqns for v in e.params.values() for sub in subs(v)
-    )
-
-
-def test_solve_factorises_once_and_reuses_the_lu_in_the_pullback():
+def test_solve_factorises_once_and_reuses_the_lu_in_the_pullback(count_equations):
     # (jnp.linalg.solve also factorises once, through jax.lax.custom_linear_solve)
     A, b = jnp.asarray(ls._M3), jnp.asarray(ls._B3)
     grads = jax.make_jaxpr(jax.grad(lambda A, b: jnp.sum(ls.solve(A, b) ** 2), argnums=(0, 1)))(A, b)
-    assert _count(grads.jaxpr, "lu") == 1
+    assert count_equations(grads.jaxpr, "lu") == 1
 
 
 def test_cholesky_cotangent_is_symmetric_and_composes_with_cho_solve():
