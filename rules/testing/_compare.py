@@ -7,6 +7,7 @@ leaf by leaf with a norm-based tolerance, as ChainRulesTestUtils' `isapprox` doe
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import chex
@@ -123,14 +124,28 @@ def _wide(x: Any) -> np.ndarray:
     return x.astype(np.complex128 if np.iscomplexobj(x) else np.float64, copy=False)
 
 
-def _difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a - b, with 0 where the two are equal (equal infinities included)."""
-    with np.errstate(invalid="ignore"):
-        return np.where(a == b, 0, a - b)
-
-
 def _finite_norm(x: np.ndarray) -> float:
-    return _norm(np.where(np.isfinite(x), x, 0))
+    """The norm of x's finite entries (one pass when all are finite)."""
+    n = _norm(x)
+    return n if math.isfinite(n) else _norm(np.where(np.isfinite(x), x, 0))
+
+
+def _difference_norm(a: np.ndarray, b: np.ndarray) -> float:
+    """|a - b|, counting equal entries (equal infinities included) as 0."""
+    if a.shape != b.shape:
+        return math.inf
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, replaced below
+        n = _norm(a - b)
+        return n if math.isfinite(n) else _norm(np.where(a == b, 0, a - b))
+
+
+def _leaf_error(a: Any, b: Any, rtol: float, atol: float) -> tuple[float, bool]:
+    """(relative error, close?) of one leaf, ChainRulesTestUtils' isapprox:
+    |a - b| <= max(atol, rtol max(|a|, |b|)); equal infinities count as equal."""
+    a, b = _wide(a), _wide(b)
+    diff = _difference_norm(a, b)
+    size = max(_finite_norm(a), _finite_norm(b))
+    return diff / max(size, atol / max(rtol, 1e-300)), diff <= max(atol, rtol * size)
 
 
 def close(a: Any, b: Any, rtol: float, atol: float) -> bool:
@@ -138,10 +153,7 @@ def close(a: Any, b: Any, rtol: float, atol: float) -> bool:
 
     Equal infinities (e.g. a log-sum-exp of a fully masked row) count as equal.
     """
-    a, b = _wide(a), _wide(b)
-    if a.shape != b.shape:
-        return False
-    return _norm(_difference(a, b)) <= max(atol, rtol * max(_finite_norm(a), _finite_norm(b)))
+    return _leaf_error(a, b, rtol, atol)[1]
 
 
 def compare_trees(got: Any, expected: Any, rtol: float, atol: float) -> tuple[float, list[str]]:
@@ -151,10 +163,9 @@ def compare_trees(got: Any, expected: Any, rtol: float, atol: float) -> tuple[fl
     for (path, exp), g in zip(jax.tree_util.tree_flatten_with_path(expected)[0], got_leaves):
         if not is_differentiable_leaf(exp):
             continue
-        g_arr, e_arr = _wide(g), _wide(exp)
-        err = _norm(_difference(g_arr, e_arr)) if g_arr.shape == e_arr.shape else np.inf
-        worst = max(worst, err / max(_finite_norm(e_arr), _finite_norm(g_arr), atol / max(rtol, 1e-300)))
-        if not close(g, exp, rtol, atol):
+        err, ok = _leaf_error(g, exp, rtol, atol)
+        worst = max(worst, err)
+        if not ok:
             bad.append(jax.tree_util.keystr(path))
     return worst, bad
 

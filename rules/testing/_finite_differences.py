@@ -41,12 +41,13 @@ _EPS = float(np.finfo(np.float64).eps)
 _CONDITION = 10.0  # assumed bound on |f^(p)| when no derivative is estimated (adapt=0)
 _MAX_STEP_FACTOR = 1000.0  # a chosen step never exceeds this multiple of the default step
 # A batch of points along a direction with up to this many elements (points x the larger of
-# input and output size) is one vmap of f, padding included, reduced on the host; a larger
-# one is a loop over its real points, reduced on the device. The loop takes ~0.1-0.2 s
-# longer to compile on CPU, but evaluates no padding, keeps memory that of one point and
-# brings back only scalars or one output-sized vector; at 13 points it pays off from about
-# 6e5 elements for cheap elementwise f (measured on a 2-core CPU).
-_VMAP_ELEMENTS = 2**23
+# input and output size) is one vmap of f, padding included, brought to the host and reduced
+# there. A larger one is evaluated point by point, each point one call of the same compiled
+# function that reduces on the device: it compiles as fast as the vmap (straight-line code,
+# no loop), evaluates no padding, keeps memory that of one point and brings back scalars
+# only. On a 2-core CPU it is faster from about 1e5 elements (no batch to materialise and
+# copy to the host); below, the vmap saves a dispatch per point.
+_VMAP_ELEMENTS = 2**17
 
 
 def _x64(name: str):
@@ -88,6 +89,7 @@ def _make_grid(kind: str, p: int) -> tuple[int, ...]:
     return tuple(g for g in range(-half, half + 1) if p % 2 or g != 0)
 
 
+@functools.lru_cache(maxsize=64)
 def _exact_coefs(grid: tuple[int, ...], q: int) -> tuple[Fraction, ...]:
     """Solve the Vandermonde system sum_i c_i g_i^k = q! [k == q], k < p, in rationals."""
     p = len(grid)
@@ -235,20 +237,24 @@ class FDMethod:
     def _bound_estimator(self) -> FDMethod | None:
         if self.adapt == 0:
             return None
-        # Half the range: its estimates at neighbouring points reach twice as far.
-        p, half_range = self.p, self.max_range / 2
-        return FDMethod(self.kind, p + 1, p, self.adapt - 1, half_range, self.factor)
+        # p + 1 points for the p-th derivative; it evaluates f only on its own grid.
+        p = self.p
+        return FDMethod(self.kind, p + 1, p, self.adapt - 1, self.max_range, self.factor)
 
     def _batch_size(self) -> int:
         """The largest batch that step selection and the estimate itself evaluate."""
         size, b = len(self._offsets), self._bound_estimator
         while b is not None:
-            size = max(size, len(b._neighbourhood()))
+            size = max(size, len(b.grid))
             b = b._bound_estimator
         return size
 
-    def _neighbourhood(self) -> list[int]:
-        return sorted({int(a + g) for a in self.grid for g in self._offsets})
+    @functools.cached_property
+    def _neighbour_weights(self) -> np.ndarray:
+        """Weights estimating the q-th derivative at x - h, x and x + h from f on the grid
+        itself (each solved exactly for the shifted grid), so that one batch of `p` points
+        bounds the derivative over a neighbourhood, as in FiniteDifferences.jl."""
+        return np.array([[float(c) for c in _exact_coefs(tuple(g - s for g in self.grid), self.q)] for s in (-1, 0, 1)])
 
     def _choose_step(self, deriv_bound: float, f_error: float) -> tuple[float, float]:
         """Minimise the error bound c1 / h^q + c2 h^(p-q) (roundoff + truncation) over h, up
@@ -276,13 +282,8 @@ class FDMethod:
     def _magnitudes(self, sampler: _Sampler) -> tuple[float, float]:
         """max |q-th derivative| at the grid points around x, and max |f| seen there."""
         step, _ = self._estimate_step(sampler)
-        points = self._neighbourhood()
-        values, scales = sampler(np.array(points, dtype=np.float64) * step)
-        at = dict(zip(points, values))
-        derivs = [
-            sum(c * at[int(a + g)] for g, c in zip(self._offsets, self._weights)) / step**self.q
-            for a in self.grid
-        ]
+        values, scales = sampler(np.array(self.grid, dtype=np.float64) * step)
+        derivs = self._neighbour_weights @ (values - values[0]) / step**self.q
         return float(np.max(np.abs(derivs))), float(np.max(scales))
 
     def _apply(self, sampler: _Sampler, step: float) -> float:
@@ -620,7 +621,7 @@ class _Flat:
         self.x = _vector(args)
         self._fun: Callable | None = None
         self.along = jax.jit(self._along)
-        self.along_reduced = jax.jit(self._along_reduced)
+        self.point = jax.jit(self._point)
         self.basis = jax.jit(self._basis)
 
     @property
@@ -662,35 +663,13 @@ class _Flat:
         """f at x + ts[k] d for every k, in one vmap: shape (len(ts), len(f))."""
         return jax.vmap(self.fun)(x[None, :] + ts[:, None] * d[None, :])
 
-    def _along_reduced(
-        self,
-        x: jax.Array,
-        d: jax.Array,
-        w: jax.Array,
-        ts: jax.Array,
-        count: jax.Array,
-        coefs: jax.Array,
-        h: jax.Array,
-    ) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """f at x + ts[k] d for k < count, one point after another in a loop, reduced on the
-        device: `<w, f_k>` and `<|w|, |f_k|>` for each k (zero from `count` on: padding,
-        never evaluated), and `sum_k coefs[k] (f_k - f_0) / h`, one output-sized vector.
-        Memory stays that of one evaluation; the loop takes ~0.1-0.2 s more than a vmap to
-        compile on CPU."""
-        fun, abs_w = self.fun, jnp.abs(w)
-
-        def body(k, carry):
-            values, scales, total, y0 = carry
-            y = fun(x + ts[k] * d)
-            y0 = jnp.where(k == 0, y, y0)
-            values = values.at[k].set(jnp.sum(y * w))
-            scales = scales.at[k].set(jnp.sum(jnp.abs(y) * abs_w))
-            return values, scales, total + coefs[k] * (y - y0), y0
-
-        zeros = jnp.zeros((self.out_size,), jnp.float64)
-        init = (jnp.zeros_like(ts), jnp.zeros_like(ts), zeros, zeros)
-        values, scales, total, _ = jax.lax.fori_loop(0, count, body, init)
-        return values, scales, total / h
+    def _point(
+        self, x: jax.Array, d: jax.Array, t: jax.Array, w: jax.Array, y0: jax.Array
+    ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+        """f at the one point x + t d, reduced on the device: `<w, y>`, `<|w|, |y|>` and
+        `<w, y - y0>` (a difference taken before the sum keeps its accuracy), and y itself."""
+        y = self.fun(x + t * d)  # sums of products: XLA fuses them with f, dots it does not
+        return jnp.sum(w * y), jnp.sum(jnp.abs(w) * jnp.abs(y)), jnp.sum(w * (y - y0)), y
 
     def _basis(self, x: jax.Array, hs: jax.Array, w: jax.Array | None) -> jax.Array:
         """f (or <w, f>) at x + hs[i, j] * e_j for all i, j: shape (len(hs), len(x), ...)."""
@@ -706,12 +685,12 @@ class _Sampler:
     """f along a direction d: the scalar t -> <w, f(x + t d)> with its scale
     <|w|, |f(x + t d)|>, and the stencil's combination of f(x + t d).
 
-    Every batch is padded to at least `size` points, so that step selection and the stencil
-    share one compiled evaluation. A small batch (`points * max(len(x), len(f))` up to
-    `_VMAP_ELEMENTS`) is one vmap of f, padding included, reduced with NumPy: cheapest to
-    compile. A larger one is a loop over the real points only, reduced on the device, so
-    only scalars, or one output-sized vector, come back. `d=None` is a fixed random unit
-    direction and `w=None` a fixed random unit vector of weights (made once per size).
+    Every small batch is padded to at least `size` points, so that step selection and the
+    stencil share one compiled evaluation: one vmap of f, padding included, reduced with
+    NumPy. A large one (`points * max(len(x), len(f))` above `_VMAP_ELEMENTS`) runs point
+    by point, each point one call of a compiled evaluation that reduces on the device. `d=None`
+    is a fixed random unit direction and `w=None` a fixed random unit vector of weights (made
+    once per size).
     """
 
     def __init__(self, flat: _Flat, direction: Any, w: Any, size: int):
@@ -734,16 +713,21 @@ class _Sampler:
         ys = flat.along(flat.x, self.direction, self._padded(ts))
         return np.asarray(ys)[: len(ts)]
 
-    def _reduced(self, ts: np.ndarray, coefs: np.ndarray, h: float):
-        flat, count = self.flat, np.int32(len(ts))
-        ts, coefs, h = self._padded(ts), self._padded(coefs), np.float64(h)
-        return flat.along_reduced(flat.x, self.direction, self.w, ts, count, coefs, h)
+    def _each(self, ts: np.ndarray):
+        """One compiled call per point; yields its device results, y0 being the first y."""
+        flat, y0 = self.flat, None
+        for t in ts:
+            # the first point's difference is never used: any array of f's size serves as y0
+            value, scale, diff, y = flat.point(flat.x, self.direction, np.float64(t), self.w,
+                                               self.w if y0 is None else y0)
+            y0 = y if y0 is None else y0
+            yield value, scale, diff, y
 
     def __call__(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`(<w, f(x + t d)>, <|w|, |f(x + t d)|>)` for each t in ts: two (len(ts),) arrays."""
         if self._large(len(ts)):
-            values, scales, _ = self._reduced(ts, np.zeros(len(ts)), 1.0)
-            return np.asarray(values)[: len(ts)], np.asarray(scales)[: len(ts)]
+            pairs = jax.device_get([(value, scale) for value, scale, _, _ in self._each(ts)])
+            return np.array([v for v, _ in pairs]), np.array([s for _, s in pairs])
         ys, w = self._points(ts), np.asarray(self.w)
         return ys @ w, np.abs(ys) @ np.abs(w)
 
@@ -751,9 +735,23 @@ class _Sampler:
         """`sum_k weights[k] (f(x + offsets[k] step d) - f(x + offsets[0] step d)) / step`,
         the stencil's derivative along d: one output-sized vector (exactly 0 for an f that
         does not change)."""
-        if self._large(len(offsets)):
-            return np.asarray(self._reduced(offsets * step, weights, step)[2])
-        return _combine(weights, self._points(offsets * step)) / step
+        if not self._large(len(offsets)):
+            return _combine(weights, self._points(offsets * step)) / step
+        total, y0 = np.zeros(self.flat.out_size), None
+        for c, (_, _, _, y) in zip(weights, self._each(offsets * step)):
+            if y0 is None:
+                y0 = np.asarray(y)
+            else:
+                total += c * (np.asarray(y) - y0)
+        return total / step
+
+    def combine_inner(self, offsets: np.ndarray, weights: np.ndarray, step: float) -> float:
+        """`<w, combine(offsets, weights, step)>`, the stencil's derivative of t -> <w, f(x +
+        t d)>, reduced on the device for a large batch (nothing output-sized comes back)."""
+        if not self._large(len(offsets)):
+            return float(np.asarray(self.w) @ self.combine(offsets, weights, step))
+        diffs = jax.device_get([diff for _, _, diff, _ in self._each(offsets * step)])
+        return float(np.dot(weights[1:], diffs[1:]) / step)
 
 
 @functools.lru_cache(maxsize=4)
@@ -884,6 +882,31 @@ def _fd_jvps(
             h = _check_step(name, m._estimate_step(sampler)[0] if step is None else step)
             y_dot = sampler.combine(m._offsets, m._weights, h)
             out.append(flat.out.unflatten(y_dot, "tangent", np))
+        return out
+
+
+def _fd_inner_jvps(
+    name: str, m: FDMethod, f: Callable, args: tuple, directions: list, y_bar: PyTree
+) -> list[float]:
+    """`<y_bar, J x_dot>` (the real inner product of `to_vec`s) for each `x_dot` in
+    `directions`: the derivative at 0 of the scalar t -> <y_bar, f(args + t x_dot)>, its step
+    chosen by `m`'s rule for that scalar. One trace and one compile of f serve every
+    direction, and a large batch brings back only scalars: nothing output-sized leaves the
+    device."""
+    _check_method(name, m)
+    with _x64(name):
+        w_layout, w = _layout(y_bar), _vector(y_bar)
+
+        def check_output(out: _Layout) -> None:
+            _check_like(name, "y_bar", out, w_layout, "the output of f(*args)")
+
+        flat = _Flat(name, f, args, check_output)
+        out = []
+        for tangents in directions:
+            _check_like(name, "tangents", flat.layout, _layout(_check_tuple(name, "tangents", tangents)), "`args`")
+            sampler = _Sampler(flat, _vector(tangents), w, m._batch_size())
+            h = _check_step(name, m._estimate_step(sampler)[0])
+            out.append(sampler.combine_inner(m._offsets, m._weights, h))
         return out
 
 

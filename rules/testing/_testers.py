@@ -10,6 +10,7 @@ shows expected against got; success returns a `RuleReport`.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from typing import Any, Callable
 
@@ -25,7 +26,7 @@ from .._lowering import _tangent_leaves, conj_tree, lowered_rules
 from .._thunks import InplaceableThunk, Thunk, unthunk
 from .._zeros import AbstractZero, NoTangent, ZeroTangent
 from ._compare import WithTangent, _perturbable, compare_trees, default_tolerance, dense_like, rand_tangent, test_approx
-from ._finite_differences import FDMethod, _fd_jvps, central_fdm, fd_jacobian, fd_jvp, fd_vjp
+from ._finite_differences import FDMethod, _fd_inner_jvps, central_fdm, fd_jacobian, fd_jvp, fd_vjp
 
 __all__ = ["RuleReport", "test_rrule", "test_frule", "test_scalar"]
 
@@ -115,10 +116,24 @@ def _real_inner(a: Any, b: Any) -> tuple[float, float]:
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
         if not is_differentiable_leaf(x) or not is_differentiable_leaf(y):
             continue
-        terms = np.real(np.conj(np.asarray(x, np.complex128)) * np.asarray(y, np.complex128))
+        x, y = np.asarray(x), np.asarray(y)
+        if np.iscomplexobj(x) or np.iscomplexobj(y):  # Re(conj(x) y), without a complex product
+            terms = np.real(x).astype(np.float64) * np.real(y) + np.imag(x).astype(np.float64) * np.imag(y)
+        else:
+            terms = x.astype(np.float64, copy=False) * y
         total += float(np.sum(terms))
         scale += float(np.sum(np.abs(terms)))
     return total, scale
+
+
+def _tree_norm(tree: Any) -> float:
+    """The 2-norm of the float leaves of a tree, taken together."""
+    total = 0.0
+    for leaf in jax.tree_util.tree_leaves(tree):
+        if is_differentiable_leaf(leaf):
+            v = np.ravel(np.asarray(leaf))
+            total += float(np.real(np.vdot(v, v)))
+    return math.sqrt(total)
 
 
 def _lowered_tol(*trees: Any) -> tuple[float, float]:
@@ -315,31 +330,64 @@ def _lowered(tester, name, check, *args) -> list[str]:
 def _fast_check(tester, name, problem, m, args64, y_bar64, dense, rtol, atol) -> float:
     """`<y_bar, J x_dot>` (finite differences) against `<x_bar, x_dot>` (the rule), per argument.
 
-    Two directions per argument: the rule's own cotangent (no cancellation in the inner
-    product, so any relative error of the rule along it shows at its own size, whatever the
-    input size) and a random direction (catches errors orthogonal to the rule's answer).
+    One direction per argument, `x_dot = x_bar / |x_bar|^2 + r / (|x_bar| |r|)` with x_bar the
+    rule's cotangent and r random. Along x_bar the inner product has no cancellation, so any
+    relative error of the rule along its own answer shows at its own size, whatever the
+    input size; the random part catches errors orthogonal to it (at ~1/sqrt(size), as any
+    random probe). Each direction is one finite difference of the scalar
+    t -> <y_bar, f(x + t x_dot)>, reduced on the device. Only when the check fails are the
+    two parts probed apart, to say which one the rule gets wrong.
     """
-    zeros = tuple(jax.tree_util.tree_map(jnp.zeros_like, a) for a in args64)
-    worst = 0.0
+    def probe(k, x_dot):
+        zeros = lambda a: jax.tree_util.tree_map(jnp.zeros_like, a)  # noqa: E731
+        return tuple(x_dot if j == k else zeros(a) for j, a in enumerate(args64))
+
+    def combination(trees, coefficients):
+        def leaf(*vs):
+            if not is_differentiable_leaf(vs[0]):
+                return vs[0]
+            return sum(np.asarray(v) * c for v, c in zip(vs, coefficients))
+
+        return jax.tree_util.tree_map(leaf, *trees)
+
+    parts = []
     for k, i in enumerate(problem.index):
-        own = _upcast(dense[i])
-        norm = np.sqrt(_real_inner(own, own)[0])
-        probes = [("a random direction", _upcast(problem.tangents[k]))]
-        if norm > 0:
-            probes.insert(0, ("the rule's own cotangent", jax.tree_util.tree_map(lambda v: v / norm, own)))
-        directions = [zeros[:k] + (x_dot,) + zeros[k + 1 :] for _, x_dot in probes]
-        # one trace and one compile of f serve both directions
-        jvps = _fd_jvps("test_rrule", m, problem.raw_fn, args64, directions, None)
-        for (label, x_dot), jv in zip(probes, jvps):
-            lhs, s1 = _real_inner(y_bar64, jv)
-            rhs, s2 = _real_inner(own, x_dot)
-            err = abs(lhs - rhs) / max(s1, s2, 1e-300)
-            worst = max(worst, err)
-            if abs(lhs - rhs) > atol + rtol * max(s1, s2):
-                _fail(tester, name, f"cotangent does not match finite differences along {label}",
-                      argument=describe_argument(i),
-                      expected=f"<y_bar, J x_dot> = {lhs:.12g} (finite differences)",
-                      got=f"<x_bar, x_dot> = {rhs:.12g} from the rule (relative error {err:.3g}; rtol={rtol:g})")
+        own, rnd = _upcast(dense[i]), _upcast(problem.tangents[k])
+        own_norm, rnd_norm = _tree_norm(own), max(_tree_norm(rnd), 1e-300)
+        # the two parts on their own, made only if the combination fails
+        labelled = [("a random direction", lambda rnd=rnd, c=1 / rnd_norm: combination([rnd], [c]))]
+        if own_norm > 0:
+            labelled.insert(0, ("the rule's own cotangent", lambda own=own, c=1 / own_norm: combination([own], [c])))
+            both = combination([own, rnd], [1 / own_norm**2, 1 / (own_norm * rnd_norm)])
+            parts.append((k, i, own, "the rule's own cotangent plus a random direction", both, labelled))
+        else:
+            parts.append((k, i, own, labelled[0][0], labelled[0][1](), []))
+
+    def errors(items):
+        """(label, lhs, rhs, error, scale) per (k, own, label, x_dot); one trace of f for all."""
+        lhs_all = _fd_inner_jvps(tester, m, problem.raw_fn, args64, [probe(k, x_dot) for k, _, _, x_dot in items], y_bar64)
+        out = []
+        for (k, own, label, x_dot), lhs in zip(items, lhs_all):
+            rhs, scale = _real_inner(own, x_dot)
+            scale = max(scale, abs(lhs), 1e-300)
+            out.append((label, lhs, rhs, abs(lhs - rhs) / scale, scale))
+        return out
+
+    worst = 0.0
+    checked = errors([(k, own, label, x_dot) for k, _, own, label, x_dot, _ in parts])
+    for (k, i, own, _, _, labelled), (label, lhs, rhs, err, scale) in zip(parts, checked):
+        worst = max(worst, err)
+        if abs(lhs - rhs) <= atol + rtol * scale:
+            continue
+        # Which part fails? Report the first that does on its own, else the combination.
+        for apart in errors([(k, own, lab, make()) for lab, make in labelled]):
+            if abs(apart[1] - apart[2]) > atol + rtol * apart[4]:
+                label, lhs, rhs, err, _ = apart
+                break
+        _fail(tester, name, f"cotangent does not match finite differences along {label}",
+              argument=describe_argument(i),
+              expected=f"<y_bar, J x_dot> = {lhs:.12g} (finite differences)",
+              got=f"<x_bar, x_dot> = {rhs:.12g} from the rule (relative error {err:.3g}; rtol={rtol:g})")
     return worst
 
 
@@ -389,8 +437,9 @@ def _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, 
     want = tuple(dense[i] for i in problem.index)
     done = []
     variants = [("jax.vjp", vjp_cr)] + ([("jax.jit(jax.vjp)", jax.jit(vjp_cr))] if check_jit else [])
+    results = {}
     for label, fn in variants:
-        out, got = fn(problem.args, y_bar_dense)
+        results[label] = out, got = fn(problem.args, y_bar_dense)
         for i, g, w in zip(problem.index, got, want):
             _check_close(tester, name, f"the lowered primitive's {label} differs from the pullback",
                          g, w, rtol, atol, describe_argument(i))
@@ -401,7 +450,8 @@ def _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, 
         ybar_b, ybar_axes = _batch(y_bar_dense, rng)
         batched = jax.vmap(vjp_cr, in_axes=(args_axes, ybar_axes))(args_b, ybar_b)
         for k in range(2):
-            looped = vjp_cr(_slice(args_b, args_axes, k), _slice(ybar_b, ybar_axes, k))
+            # batch element 0 is the unbatched problem, whose jax.vjp was just computed
+            looped = results["jax.vjp"] if k == 0 else vjp_cr(_slice(args_b, args_axes, k), _slice(ybar_b, ybar_axes, k))
             got = jax.tree_util.tree_map(lambda b: b[k], batched)
             _check_close(tester, name, f"jax.vmap: batched differs from looped (batch element {k})",
                          got, looped, rtol, atol)

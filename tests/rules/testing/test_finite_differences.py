@@ -433,13 +433,13 @@ def test_fd_jvp_and_fd_vjp_trace_f_once(adapt):
 
 
 # ------------------------------------------------------------------------------------------
-# Large batches: a loop on the device over the real points, reduced on the device
+# Large batches: point by point, each point one call of a compiled evaluation reduced on the device
 # ------------------------------------------------------------------------------------------
 
 
 @pytest.fixture
 def looped(monkeypatch):
-    """Treat every batch along a direction as large, so it takes the device loop."""
+    """Treat every batch along a direction as large, so it runs point by point."""
     monkeypatch.setattr(fd_module, "_VMAP_ELEMENTS", 0)
 
 
@@ -477,7 +477,9 @@ def test_large_batch_loop_gives_the_same_step_and_estimate(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "adapt, small, large", [(0, 4, 4), (1, 13 + 13, 13 + 4), (2, 13 + 13 + 13, 13 + 13 + 4)]
+    # adapt=1: the step's 6-point estimate of f^(5), then the 4 points with nonzero weight;
+    # adapt=2: first a 7-point estimate of f^(6). Small batches are padded to the largest.
+    "adapt, small, large", [(0, 4, 4), (1, 6 + 6, 6 + 4), (2, 7 + 7 + 7, 7 + 6 + 4)]
 )
 def test_large_batch_loop_evaluates_no_padding(adapt, small, large, monkeypatch):
     calls = []
@@ -495,12 +497,12 @@ def test_large_batch_loop_evaluates_no_padding(adapt, small, large, monkeypatch)
     traced, traces = _counting(f)
     fd_jvp(m, traced, (X,), (jnp.ones(4),))
     jax.effects_barrier()
-    assert len(calls) == large and len(traces) == 1  # one compiled loop, real points only
+    assert len(calls) == large and len(traces) == 1  # one compiled point, real points only
 
 
-@pytest.mark.parametrize("method", ["_along", "_along_reduced"])
+@pytest.mark.parametrize("method", ["_along", "_point"])
 def test_several_directions_share_one_trace_and_one_compiled_evaluation(method, monkeypatch):
-    if method == "_along_reduced":
+    if method == "_point":
         monkeypatch.setattr(fd_module, "_VMAP_ELEMENTS", 0)
     compiled = []  # a jitted method runs its Python body only when it is traced and compiled
     original = getattr(fd_module._Flat, method)
@@ -549,3 +551,33 @@ def test_fd_errors_name_function_argument_and_fix():
         fd_jacobian(central_fdm(5, 2), jnp.sin, X)
     with pytest.raises(TypeError, match=r"extrapolate_fdm.*`m` must be an FDMethod"):
         extrapolate_fdm(jnp.sin, jnp.sin, 1.0)
+
+
+def _random_complex_like(tree, seed):
+    rng = np.random.default_rng(seed)
+    return jax.tree_util.tree_map(lambda x: jnp.asarray(rng.standard_normal(np.shape(x)) + 1j * rng.standard_normal(np.shape(x))), tree)
+
+
+@pytest.mark.parametrize("large", [False, True])
+@pytest.mark.parametrize("f, args", CASES + [pytest.param(lambda z: jnp.sin(z) * z, (Z,), id="complex")])
+def test_fd_inner_jvps_is_y_bar_dot_jvp(f, args, large, monkeypatch):
+    """Re`<y_bar, J x_dot>` along several directions: one trace, and it equals JAX's."""
+    if large:
+        monkeypatch.setattr(fd_module, "_VMAP_ELEMENTS", 0)
+    counted, traces = _counting(f)
+    y = f(*args)
+    like = _random_complex_like if any(jnp.iscomplexobj(l) for l in jax.tree_util.tree_leaves(y)) else _random_like
+    y_bar = like(y, 7)
+    directions = [like(args, seed) for seed in (8, 9)]
+    got = fd_module._fd_inner_jvps("test", M, counted, args, directions, y_bar)
+    assert len(traces) == 1
+    for value, tangents in zip(got, directions):
+        jv = jax.jvp(f, args, tangents)[1]
+        want = sum(float(np.sum(np.real(np.conj(np.asarray(a)) * np.asarray(b))))
+                   for a, b in zip(jax.tree_util.tree_leaves(y_bar), jax.tree_util.tree_leaves(jv)))
+        assert abs(value - want) <= 1e-9 * max(1.0, abs(want))
+
+
+def test_fd_inner_jvps_checks_y_bar_against_the_output():
+    with pytest.raises(ValueError, match="`y_bar` must match the output of f"):
+        fd_module._fd_inner_jvps("test", M, jnp.sin, (X,), [(jnp.ones(4),)], jnp.ones(3))
