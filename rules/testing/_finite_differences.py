@@ -3,16 +3,22 @@
 A method `m = central_fdm(p, q)` holds a stencil with exact coefficients. `m(f, x)` picks a
 step for a scalar function; `fd_jvp`, `fd_vjp` and `fd_jacobian` difference any pytree
 function through `to_vec`, evaluating the whole stencil in one jitted call: f is traced once
-and replayed under `jax.vmap`, or, for a large batch along one direction, in a loop that
-reduces on the device. Everything runs in float64, whatever `jax_enable_x64` says globally.
+and replayed under `jax.vmap`, or, for a large batch along one direction, point by point
+through one compiled evaluation that reduces on the device. Those compiled evaluations are
+kept for the last few traced functions, so differencing the same function again (same
+function object, same jaxpr) compiles nothing. Everything runs in float64, whatever
+`jax_enable_x64` says globally.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import functools
 import math
+import threading
+import weakref
 from fractions import Fraction
 from typing import Any, Callable, NamedTuple
 
@@ -607,22 +613,87 @@ def _check_tuple(name: str, arg: str, value: Any) -> tuple:
     return value
 
 
+class _Program:
+    """The compiled evaluations of one traced f (a jaxpr), with the jaxpr's constants as
+    their first argument: a later trace of the same function to the same jaxpr reuses them,
+    and the compilations behind them, with its own constants."""
+
+    def __init__(self, jaxpr: Any):
+        self.jaxpr = jaxpr
+        self.along = jax.jit(self._along)
+        self.point = jax.jit(self._point)
+        self.basis = jax.jit(self._basis)
+
+    def fun(self, consts: list, v: jax.Array) -> jax.Array:
+        return jax.extend.core.jaxpr_as_fun(jax.extend.core.ClosedJaxpr(self.jaxpr, consts))(v)[0]
+
+    def _along(self, consts: list, x: jax.Array, d: jax.Array, ts: jax.Array) -> jax.Array:
+        """f at x + ts[k] d for every k, in one vmap: shape (len(ts), len(f))."""
+        return jax.vmap(lambda v: self.fun(consts, v))(x[None, :] + ts[:, None] * d[None, :])
+
+    def _point(
+        self, consts: list, x: jax.Array, d: jax.Array, t: jax.Array, w: jax.Array, y0: jax.Array
+    ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+        """f at the one point x + t d, reduced on the device: `<w, y>`, `<|w|, |y|>` and
+        `<w, y - y0>` (a difference taken before the sum keeps its accuracy), and y itself."""
+        y = self.fun(consts, x + t * d)  # sums of products: XLA fuses them with f, dots it does not
+        return jnp.sum(w * y), jnp.sum(jnp.abs(w) * jnp.abs(y)), jnp.sum(w * (y - y0)), y
+
+    def _basis(self, consts: list, x: jax.Array, hs: jax.Array, w: jax.Array | None) -> jax.Array:
+        """f (or <w, f>) at x + hs[i, j] * e_j for all i, j: shape (len(hs), len(x), ...)."""
+        k, n = hs.shape
+        points = x[None, None, :] + hs[:, :, None] * jnp.eye(n, dtype=x.dtype)[None]
+
+        def call(v):
+            y = self.fun(consts, v)
+            return y if w is None else y @ w
+
+        out = jax.vmap(call)(points.reshape(k * n, n))
+        return out.reshape(k, n, *out.shape[1:])
+
+
+# Programs of recent traces, for reuse: (owner's identity, jaxpr text) -> (weakref to the
+# owner, program). A hit needs the same live owner (the function the caller differences)
+# and a jaxpr that prints the same; constants are arguments, so their values may differ.
+_PROGRAMS: collections.OrderedDict = collections.OrderedDict()
+_PROGRAMS_KEPT = 16
+_PROGRAMS_LOCK = threading.Lock()
+
+
+def _program(owner: Any, jaxpr: Any) -> _Program:
+    try:
+        ref = weakref.ref(owner)
+    except TypeError:  # not weakly referable: no reuse
+        return _Program(jaxpr)
+    key = (id(owner), str(jaxpr))
+    with _PROGRAMS_LOCK:
+        hit = _PROGRAMS.get(key)
+        if hit is not None and hit[0]() is owner:
+            _PROGRAMS.move_to_end(key)
+            return hit[1]
+        program = _Program(jaxpr)
+        _PROGRAMS[key] = (ref, program)
+        while len(_PROGRAMS) > _PROGRAMS_KEPT:
+            _PROGRAMS.popitem(last=False)
+        return program
+
+
 class _Flat:
     """`f(*args)` as a function of the float64 vector `to_vec(args)`, evaluated in batches.
 
     f is traced once, when first needed, to a jaxpr that every batched evaluation replays;
     `check_output(layout)` runs then, so a bad output fails before any work. `x` stays on
-    the device; `x_host` is its NumPy copy, made when first asked for.
+    the device; `x_host` is its NumPy copy, made when first asked for. `owner` is the
+    function whose compiled evaluations may be reused by a later `_Flat` that traces to the
+    same jaxpr (default f; pass a stable one when f is a fresh wrapper).
     """
 
-    def __init__(self, name: str, f: Callable, args: tuple, check_output: Callable | None = None):
+    def __init__(self, name: str, f: Callable, args: tuple, check_output: Callable | None = None, owner: Any = None):
         self.name, self.f, self.check_output = name, f, check_output
+        self.owner = f if owner is None else owner
         self.layout = _layout(_check_tuple(name, "args", args))
         self.x = _vector(args)
-        self._fun: Callable | None = None
-        self.along = jax.jit(self._along)
-        self.point = jax.jit(self._point)
-        self.basis = jax.jit(self._basis)
+        self._program: _Program | None = None
 
     @property
     def x_host(self) -> np.ndarray:
@@ -630,10 +701,20 @@ class _Flat:
             self._x_host = np.asarray(self.x)
         return self._x_host
 
-    def _trace(self) -> None:
-        if self._fun is None:
-            jaxpr, shape = jax.make_jaxpr(self._call, return_shape=True)(self.x)
-            self._fun, self._out_size = jax.extend.core.jaxpr_as_fun(jaxpr), shape.shape[0]
+    def _trace(self) -> _Program:
+        if self._program is None:
+            try:
+                closed, shape = jax.make_jaxpr(self._call, return_shape=True)(self.x)
+            except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError) as err:
+                raise TypeError(
+                    f"`{self.name}`: f cannot be traced by JAX, and finite differences evaluate it "
+                    f"under jax.jit and jax.vmap (in float64): {type(err).__name__}: "
+                    f"{str(err).splitlines()[0]} Write f with jax.numpy, or run NumPy/SciPy code "
+                    "through a host callback: `rules.external(fn, result_shape_dtypes)`."
+                ) from err
+            self._consts, self._out_size = list(closed.consts), shape.shape[0]
+            self._program = _program(self.owner, closed.jaxpr)
+        return self._program
 
     @property
     def out(self) -> _Layout:
@@ -647,11 +728,6 @@ class _Flat:
         self._trace()
         return self._out_size
 
-    def fun(self, v: jax.Array) -> jax.Array:
-        """to_vec(f(*from_vec(v))) as R^n -> R^m, replaying f's jaxpr (traced once)."""
-        self._trace()
-        return self._fun(v)[0]
-
     def _call(self, v: jax.Array) -> jax.Array:
         y = self.f(*self.layout.unflatten(v, "promote"))
         self._out = _layout(y).without_values()
@@ -659,26 +735,14 @@ class _Flat:
             self.check_output(self._out)
         return _vector(y)
 
-    def _along(self, x: jax.Array, d: jax.Array, ts: jax.Array) -> jax.Array:
-        """f at x + ts[k] d for every k, in one vmap: shape (len(ts), len(f))."""
-        return jax.vmap(self.fun)(x[None, :] + ts[:, None] * d[None, :])
+    def along(self, x: jax.Array, d: jax.Array, ts: Any) -> jax.Array:
+        return self._trace().along(self._consts, x, d, ts)
 
-    def _point(
-        self, x: jax.Array, d: jax.Array, t: jax.Array, w: jax.Array, y0: jax.Array
-    ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-        """f at the one point x + t d, reduced on the device: `<w, y>`, `<|w|, |y|>` and
-        `<w, y - y0>` (a difference taken before the sum keeps its accuracy), and y itself."""
-        y = self.fun(x + t * d)  # sums of products: XLA fuses them with f, dots it does not
-        return jnp.sum(w * y), jnp.sum(jnp.abs(w) * jnp.abs(y)), jnp.sum(w * (y - y0)), y
+    def point(self, x: jax.Array, d: jax.Array, t: Any, w: Any, y0: Any) -> tuple:
+        return self._trace().point(self._consts, x, d, t, w, y0)
 
-    def _basis(self, x: jax.Array, hs: jax.Array, w: jax.Array | None) -> jax.Array:
-        """f (or <w, f>) at x + hs[i, j] * e_j for all i, j: shape (len(hs), len(x), ...)."""
-        k, n = hs.shape
-        points = x[None, None, :] + hs[:, :, None] * jnp.eye(n, dtype=x.dtype)[None]
-        fun = self.fun
-        call = fun if w is None else (lambda v: fun(v) @ w)
-        out = jax.vmap(call)(points.reshape(k * n, n))
-        return out.reshape(k, n, *out.shape[1:])
+    def basis(self, x: jax.Array, hs: Any, w: Any) -> jax.Array:
+        return self._trace().basis(self._consts, x, hs, w)
 
 
 class _Sampler:
@@ -886,13 +950,13 @@ def _fd_jvps(
 
 
 def _fd_inner_jvps(
-    name: str, m: FDMethod, f: Callable, args: tuple, directions: list, y_bar: PyTree
+    name: str, m: FDMethod, f: Callable, args: tuple, directions: list, y_bar: PyTree, owner: Any = None
 ) -> list[float]:
     """`<y_bar, J x_dot>` (the real inner product of `to_vec`s) for each `x_dot` in
     `directions`: the derivative at 0 of the scalar t -> <y_bar, f(args + t x_dot)>, its step
     chosen by `m`'s rule for that scalar. One trace and one compile of f serve every
     direction, and a large batch brings back only scalars: nothing output-sized leaves the
-    device."""
+    device. `owner` (default f) lets a later call reuse the compiled evaluation (`_Flat`)."""
     _check_method(name, m)
     with _x64(name):
         w_layout, w = _layout(y_bar), _vector(y_bar)
@@ -900,7 +964,7 @@ def _fd_inner_jvps(
         def check_output(out: _Layout) -> None:
             _check_like(name, "y_bar", out, w_layout, "the output of f(*args)")
 
-        flat = _Flat(name, f, args, check_output)
+        flat = _Flat(name, f, args, check_output, owner)
         out = []
         for tangents in directions:
             _check_like(name, "tangents", flat.layout, _layout(_check_tuple(name, "tangents", tangents)), "`args`")

@@ -219,7 +219,8 @@ def test_rrule(
     pullback returns `1 + nargs` cotangents; arguments that cannot be perturbed get
     `NoTangent()`; each cotangent has its primal's shape and dtype and matches finite
     differences (mode "exact": the full `J^T y_bar`; "fast": `<y_bar, J x_dot>` against
-    `<x_bar, x_dot>` along a random direction per argument; "auto": exact up to 2048 input
+    `<x_bar, x_dot>` along one direction per argument, the rule's own cotangent plus a
+    random direction, each one finite difference of a scalar; "auto": exact up to 2048 input
     elements); a thunked seed gives the same cotangents; `InplaceableThunk`s agree; and the
     lowered primitive's `jax.vjp` equals the pullback eagerly, under `jax.jit`, and under
     `jax.vmap` (batched equals looped). float32 rules are differenced in float64 with looser
@@ -365,7 +366,8 @@ def _fast_check(tester, name, problem, m, args64, y_bar64, dense, rtol, atol) ->
 
     def errors(items):
         """(label, lhs, rhs, error, scale) per (k, own, label, x_dot); one trace of f for all."""
-        lhs_all = _fd_inner_jvps(tester, m, problem.raw_fn, args64, [probe(k, x_dot) for k, _, _, x_dot in items], y_bar64)
+        directions = [probe(k, x_dot) for k, _, _, x_dot in items]
+        lhs_all = _fd_inner_jvps(tester, m, problem.raw_fn, args64, directions, y_bar64, owner=problem.raw)
         out = []
         for (k, own, label, x_dot), lhs in zip(items, lhs_all):
             rhs, scale = _real_inner(own, x_dot)

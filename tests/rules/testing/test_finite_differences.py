@@ -505,13 +505,13 @@ def test_several_directions_share_one_trace_and_one_compiled_evaluation(method, 
     if method == "_point":
         monkeypatch.setattr(fd_module, "_VMAP_ELEMENTS", 0)
     compiled = []  # a jitted method runs its Python body only when it is traced and compiled
-    original = getattr(fd_module._Flat, method)
+    original = getattr(fd_module._Program, method)
 
     def counted(self, *args):
         compiled.append(1)
         return original(self, *args)
 
-    monkeypatch.setattr(fd_module._Flat, method, counted)
+    monkeypatch.setattr(fd_module._Program, method, counted)
     f, traces = _counting(lambda a, b: jnp.tanh(a @ b))
     directions = [_random_like((A, B), seed) for seed in (3, 4, 5)]
     got = fd_module._fd_jvps("fd_jvp", M, f, (A, B), directions, None)
@@ -581,3 +581,47 @@ def test_fd_inner_jvps_is_y_bar_dot_jvp(f, args, large, monkeypatch):
 def test_fd_inner_jvps_checks_y_bar_against_the_output():
     with pytest.raises(ValueError, match="`y_bar` must match the output of f"):
         fd_module._fd_inner_jvps("test", M, jnp.sin, (X,), [(jnp.ones(4),)], jnp.ones(3))
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_a_second_call_on_the_same_function_reuses_the_compiled_evaluation(large, monkeypatch):
+    """The same function traced to the same jaxpr compiles once; its constants (here the
+    non-perturbed int argument) are arguments, so new values are used, not stale ones."""
+    if large:
+        monkeypatch.setattr(fd_module, "_VMAP_ELEMENTS", 0)
+    compiled = []
+    method = "_point" if large else "_along"
+    original = getattr(fd_module._Program, method)
+
+    def counted(self, *args):
+        compiled.append(1)
+        return original(self, *args)
+
+    monkeypatch.setattr(fd_module._Program, method, counted)
+
+    def f(x, k):
+        return jnp.sin(x) * k
+
+    for k in ([1, 2, 3, 4], [5, -6, 7, 8]):
+        k = jnp.asarray(k)
+        got = fd_jvp(M, f, (X, k), (jnp.ones(4), None))
+        np.testing.assert_allclose(got, jnp.cos(X) * k, rtol=RTOL)
+    assert len(compiled) == 1
+    g = lambda x, k: jnp.sin(x) * k  # noqa: E731  - another function, same jaxpr: compiled anew
+    np.testing.assert_allclose(fd_jvp(M, g, (X, k), (jnp.ones(4), None)), jnp.cos(X) * k, rtol=RTOL)
+    assert len(compiled) == 2
+
+
+def test_numpy_code_gets_an_error_that_names_rules_external():
+    def f(x):
+        return np.sin(np.asarray(x))  # NumPy on a traced value
+
+    with pytest.raises(TypeError, match=r"`fd_jvp`: f cannot be traced by JAX.*rules\.external") as info:
+        fd_jvp(M, f, (X,), (jnp.ones(4),))
+    assert isinstance(info.value.__cause__, jax.errors.TracerArrayConversionError)
+
+    def g(x):
+        return x if float(x[0]) > 0 else -x  # Python control flow on a traced value
+
+    with pytest.raises(TypeError, match="ConcretizationTypeError"):
+        fd_vjp(M, g, jnp.ones(4), (X,))
