@@ -1040,6 +1040,12 @@ def fd_vjp(
 
     See also: fd_jvp, fd_jacobian, to_vec.
     """
+    return _fd_vjp(m, f, y_bar, args, step=step)
+
+
+def _fd_vjp(m: FDMethod, f: Callable, y_bar: PyTree, args: tuple, *, step: float | None = None, owner: Any = None) -> tuple:
+    """`fd_vjp`, with `owner` (default f) naming whose compiled evaluation a later call may
+    reuse (`_Flat`): the testers difference a fresh wrapper of the rule's function."""
     name = "fd_vjp"
     _check_method(name, m)
     with _x64(name):
@@ -1048,7 +1054,7 @@ def fd_vjp(
         def check_output(out: _Layout) -> None:
             _check_like(name, "y_bar", out, w_layout, "the output of f(*args)")
 
-        flat = _Flat(name, f, args, check_output)
+        flat = _Flat(name, f, args, check_output, owner)
         steps = _basis_steps(m, flat, w, step)
         values = np.asarray(flat.basis(flat.x, np.outer(m._offsets, steps), w))  # (k, x.size)
         x_bar = _combine(m._weights, values) / steps

@@ -26,7 +26,7 @@ from .._lowering import _tangent_leaves, conj_tree, lowered_rules
 from .._thunks import InplaceableThunk, Thunk, unthunk
 from .._zeros import AbstractZero, NoTangent, ZeroTangent
 from ._compare import WithTangent, _perturbable, compare_trees, default_tolerance, dense_like, rand_tangent, test_approx
-from ._finite_differences import FDMethod, _fd_inner_jvps, central_fdm, fd_jacobian, fd_jvp, fd_vjp
+from ._finite_differences import FDMethod, _fd_inner_jvps, _fd_vjp, central_fdm, fd_jacobian, fd_jvp
 
 __all__ = ["RuleReport", "test_rrule", "test_frule", "test_scalar"]
 
@@ -294,7 +294,7 @@ def test_rrule(
     if problem.index:
         args64, y_bar64 = _upcast(problem.args), _upcast(y_bar_dense)
         if use_mode == "exact":
-            expected = fd_vjp(m, problem.raw_fn, y_bar64, args64)
+            expected = _fd_vjp(m, problem.raw_fn, y_bar64, args64, owner=problem.raw)
             for i, exp in zip(problem.index, expected):
                 worst = max(worst, _check_close(tester, name, "cotangent does not match finite differences",
                                                 dense[i], exp, rtol, atol, describe_argument(i)))

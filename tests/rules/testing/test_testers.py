@@ -782,3 +782,35 @@ def test_approx_counts_equal_infinities_as_equal():
     test_approx(jnp.array([-np.inf, 0.4]), jnp.array([-np.inf, 0.4]))
     with pytest.raises(AssertionError):
         test_approx(jnp.array([np.inf, 0.4]), jnp.array([-np.inf, 0.4]))
+
+
+def test_repeated_checks_of_one_function_compile_its_finite_differences_once(monkeypatch):
+    """The second test_rrule of the same function reuses the compiled evaluation (with its
+    new input), and a wrong rule defined later for that function is still caught."""
+    import rules.testing._finite_differences as fd_module
+
+    compiled = []
+    original = fd_module._Program._along
+
+    def counted(self, *args):
+        compiled.append(1)
+        return original(self, *args)
+
+    monkeypatch.setattr(fd_module._Program, "_along", counted)
+
+    @rules.primitive
+    def cubic(x):  # a function no other test differences
+        return x**3 - x
+
+    def define_rule(scale):
+        @cubic.rrule
+        def cubic_rrule(x):
+            return cubic(x), lambda y_bar: (NoTangent(), scale * y_bar * (3 * x**2 - 1))
+
+    define_rule(1.0)
+    for x in (X64, X64 + 1.0):
+        test_rrule(cubic, x, mode="fast", **FAST)
+    assert len(compiled) == 1
+    define_rule(1.001)
+    with pytest.raises(AssertionError, match="cotangent does not match finite differences"):
+        test_rrule(cubic, X64, mode="fast", **FAST)
