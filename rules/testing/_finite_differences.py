@@ -48,11 +48,12 @@ _CONDITION = 10.0  # assumed bound on |f^(p)| when no derivative is estimated (a
 _MAX_STEP_FACTOR = 1000.0  # a chosen step never exceeds this multiple of the default step
 # A batch of points along a direction with up to this many elements (points x the larger of
 # input and output size) is one vmap of f, padding included, brought to the host and reduced
-# there. A larger one is evaluated point by point, each point one call of the same compiled
-# function that reduces on the device: it compiles as fast as the vmap (straight-line code,
-# no loop), evaluates no padding, keeps memory that of one point and brings back scalars
-# only. On a 2-core CPU it is faster from about 1e5 elements (no batch to materialise and
-# copy to the host); below, the vmap saves a dispatch per point.
+# there. A larger one is evaluated point by point, each point one call of a compiled
+# function that reduces on the device (one for step selection, one for the stencil): they
+# compile as fast as the vmap (straight-line code, no loop), evaluate no padding, keep memory
+# that of one point and bring back scalars only. On a 2-core CPU this is faster from about
+# 1e5 elements (no batch to materialise and copy to the host); below, the vmap saves a
+# dispatch per point.
 _VMAP_ELEMENTS = 2**17
 
 
@@ -621,6 +622,7 @@ class _Program:
     def __init__(self, jaxpr: Any):
         self.jaxpr = jaxpr
         self.along = jax.jit(self._along)
+        self.reduce = jax.jit(self._reduce)
         self.point = jax.jit(self._point)
         self.basis = jax.jit(self._basis)
 
@@ -630,6 +632,12 @@ class _Program:
     def _along(self, consts: list, x: jax.Array, d: jax.Array, ts: jax.Array) -> jax.Array:
         """f at x + ts[k] d for every k, in one vmap: shape (len(ts), len(f))."""
         return jax.vmap(lambda v: self.fun(consts, v))(x[None, :] + ts[:, None] * d[None, :])
+
+    def _reduce(self, consts: list, x: jax.Array, d: jax.Array, t: jax.Array, w: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """`<w, y>` and `<|w|, |y|>` for y = f(x + t d): step selection needs no more, and
+        reading and writing no output-sized array beyond f's own saves a pass over memory."""
+        y = self.fun(consts, x + t * d)
+        return jnp.sum(w * y), jnp.sum(jnp.abs(w) * jnp.abs(y))
 
     def _point(
         self, consts: list, x: jax.Array, d: jax.Array, t: jax.Array, w: jax.Array, y0: jax.Array
@@ -738,6 +746,9 @@ class _Flat:
     def along(self, x: jax.Array, d: jax.Array, ts: Any) -> jax.Array:
         return self._trace().along(self._consts, x, d, ts)
 
+    def reduce(self, x: jax.Array, d: jax.Array, t: Any, w: Any) -> tuple:
+        return self._trace().reduce(self._consts, x, d, t, w)
+
     def point(self, x: jax.Array, d: jax.Array, t: Any, w: Any, y0: Any) -> tuple:
         return self._trace().point(self._consts, x, d, t, w, y0)
 
@@ -790,7 +801,8 @@ class _Sampler:
     def __call__(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`(<w, f(x + t d)>, <|w|, |f(x + t d)|>)` for each t in ts: two (len(ts),) arrays."""
         if self._large(len(ts)):
-            pairs = jax.device_get([(value, scale) for value, scale, _, _ in self._each(ts)])
+            flat = self.flat
+            pairs = jax.device_get([flat.reduce(flat.x, self.direction, np.float64(t), self.w) for t in ts])
             return np.array([v for v, _ in pairs]), np.array([s for _, s in pairs])
         ys, w = self._points(ts), np.asarray(self.w)
         return ys @ w, np.abs(ys) @ np.abs(w)
