@@ -961,6 +961,16 @@ def _fd_jvps(
         return out
 
 
+def _weights_for(name: str, y_bar: PyTree) -> tuple[jax.Array, Callable[[_Layout], None]]:
+    """`to_vec(y_bar)` as weights on f's output, and the check that f's output matches it."""
+    w_layout = _layout(y_bar)
+
+    def check_output(out: _Layout) -> None:
+        _check_like(name, "y_bar", out, w_layout, "the output of f(*args)")
+
+    return _vector(y_bar), check_output
+
+
 def _fd_inner_jvps(
     name: str, m: FDMethod, f: Callable, args: tuple, directions: list, y_bar: PyTree, owner: Any = None
 ) -> list[float]:
@@ -971,11 +981,7 @@ def _fd_inner_jvps(
     device. `owner` (default f) lets a later call reuse the compiled evaluation (`_Flat`)."""
     _check_method(name, m)
     with _x64(name):
-        w_layout, w = _layout(y_bar), _vector(y_bar)
-
-        def check_output(out: _Layout) -> None:
-            _check_like(name, "y_bar", out, w_layout, "the output of f(*args)")
-
+        w, check_output = _weights_for(name, y_bar)
         flat = _Flat(name, f, args, check_output, owner)
         out = []
         for tangents in directions:
@@ -1061,11 +1067,7 @@ def _fd_vjp(m: FDMethod, f: Callable, y_bar: PyTree, args: tuple, *, step: float
     name = "fd_vjp"
     _check_method(name, m)
     with _x64(name):
-        w_layout, w = _layout(y_bar), _vector(y_bar)
-
-        def check_output(out: _Layout) -> None:
-            _check_like(name, "y_bar", out, w_layout, "the output of f(*args)")
-
+        w, check_output = _weights_for(name, y_bar)
         flat = _Flat(name, f, args, check_output, owner)
         steps = _basis_steps(m, flat, w, step)
         values = np.asarray(flat.basis(flat.x, np.outer(m._offsets, steps), w))  # (k, x.size)

@@ -501,17 +501,10 @@ def test_large_batch_loop_evaluates_no_padding(adapt, small, large, monkeypatch)
 
 
 @pytest.mark.parametrize("method", ["_along", "_point"])
-def test_several_directions_share_one_trace_and_one_compiled_evaluation(method, monkeypatch):
+def test_several_directions_share_one_trace_and_one_compiled_evaluation(method, monkeypatch, count_compiles):
     if method == "_point":
         monkeypatch.setattr(fd_module, "_VMAP_ELEMENTS", 0)
-    compiled = []  # a jitted method runs its Python body only when it is traced and compiled
-    original = getattr(fd_module._Program, method)
-
-    def counted(self, *args):
-        compiled.append(1)
-        return original(self, *args)
-
-    monkeypatch.setattr(fd_module._Program, method, counted)
+    compiled = count_compiles(method)
     f, traces = _counting(lambda a, b: jnp.tanh(a @ b))
     directions = [_random_like((A, B), seed) for seed in (3, 4, 5)]
     got = fd_module._fd_jvps("fd_jvp", M, f, (A, B), directions, None)
@@ -584,20 +577,12 @@ def test_fd_inner_jvps_checks_y_bar_against_the_output():
 
 
 @pytest.mark.parametrize("large", [False, True])
-def test_a_second_call_on_the_same_function_reuses_the_compiled_evaluation(large, monkeypatch):
+def test_a_second_call_on_the_same_function_reuses_the_compiled_evaluation(large, monkeypatch, count_compiles):
     """The same function traced to the same jaxpr compiles once; its constants (here the
     non-perturbed int argument) are arguments, so new values are used, not stale ones."""
     if large:
         monkeypatch.setattr(fd_module, "_VMAP_ELEMENTS", 0)
-    compiled = []
-    method = "_point" if large else "_along"
-    original = getattr(fd_module._Program, method)
-
-    def counted(self, *args):
-        compiled.append(1)
-        return original(self, *args)
-
-    monkeypatch.setattr(fd_module._Program, method, counted)
+    compiled = count_compiles("_point" if large else "_along")
 
     def f(x, k):
         return jnp.sin(x) * k

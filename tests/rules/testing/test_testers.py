@@ -784,19 +784,10 @@ def test_approx_counts_equal_infinities_as_equal():
         test_approx(jnp.array([np.inf, 0.4]), jnp.array([-np.inf, 0.4]))
 
 
-def test_repeated_checks_of_one_function_compile_its_finite_differences_once(monkeypatch):
+def test_repeated_checks_of_one_function_compile_its_finite_differences_once(count_compiles):
     """The second test_rrule of the same function reuses the compiled evaluation (with its
     new input), and a wrong rule defined later for that function is still caught."""
-    import rules.testing._finite_differences as fd_module
-
-    compiled = []
-    original = fd_module._Program._along
-
-    def counted(self, *args):
-        compiled.append(1)
-        return original(self, *args)
-
-    monkeypatch.setattr(fd_module._Program, "_along", counted)
+    compiled = count_compiles("_along")
 
     @rules.primitive
     def cubic(x):  # a function no other test differences
