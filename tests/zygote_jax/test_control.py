@@ -67,6 +67,50 @@ def test_hook_shape_change_is_an_error():
         gradient(lambda x: jnp.sum(hook(jnp.sum, x)), jnp.ones(3))
 
 
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_hook_returning_none_is_an_error(jit):
+    def f(x):
+        return jnp.sum(hook(lambda g: None, x) ** 2)  # e.g. `lambda g: print(g)`
+
+    grad = jax.jit(lambda x: gradient(f, x)) if jit else (lambda x: gradient(f, x))
+    fix = r"\(print\(g\), g\)\[1\]"
+    with pytest.raises(GradientError, match=r"(?s)`hook\(.*returned None.*must return the gradient.*" + fix):
+        grad(jnp.ones(2))
+
+
+@pytest.mark.parametrize(
+    "x, fn",
+    [
+        ({"a": 1.0}, lambda g: (g,)),
+        ({"a": 1.0, "b": 2.0}, lambda g: {"a": g["a"]}),
+        ({"a": 1.0}, lambda g: {"a": None}),
+        (jnp.ones(2), lambda g: [g, g]),
+    ],
+    ids=["tuple-for-dict", "missing-key", "none-leaf", "list-for-array"],
+)
+def test_hook_changing_the_structure_is_an_error(x, fn):
+    def f(x):
+        return sum(jnp.sum(leaf) for leaf in jax.tree_util.tree_leaves(hook(fn, x)))
+
+    with pytest.raises(GradientError, match=r"(?s)`hook\(.*structure.*expected: PyTreeDef"):
+        gradient(f, x)
+
+
+def test_hook_complex_gradient_for_a_real_x_is_an_error():
+    with pytest.raises(GradientError, match=r"(?s)`hook\(.*complex gradient at \['a'\] for a real x.*jnp.real"):
+        gradient(lambda p: jnp.sum(hook(lambda g: {"a": g["a"] * 1j}, p)["a"]), {"a": jnp.ones(2)})
+
+
+def test_hook_result_takes_the_dtype_of_the_gradient():
+    x = jnp.ones(2, jnp.float32)
+    (g,) = gradient(lambda x: jnp.sum(hook(lambda g: g * jnp.array(2.0, jnp.float64), x)), x)
+    assert g.dtype == jnp.float32
+    close(g, [2.0, 2.0])
+    (g,) = gradient(lambda x: jnp.sum(hook(lambda g: jnp.full(2, 3), x)), jnp.ones(2))  # ints are fine
+    assert g.dtype == jnp.float64
+    close(g, [3.0, 3.0])
+
+
 # ----- checkpointed -----------------------------------------------------------------------------
 def test_checkpointed_equal_result_and_gradient(maybe_jit):
     def block(x, w, n):
@@ -166,3 +210,125 @@ def test_buffer_is_frozen_after_copy_and_is_a_pytree():
     out = jax.jit(lambda b: b)(Buffer(jnp.ones(2)))
     assert isinstance(out, Buffer)
     close(out.copy(), [1.0, 1.0])
+
+
+# Out-of-bounds reads and writes raise (JAX would clamp or drop them); negative indices count
+# from the end, as in Python.
+def write(buf, index, value):
+    buf[index] = value
+    return buf.copy()
+
+
+@pytest.mark.parametrize(
+    "index, reason",
+    [
+        (3, "index 3 is out of bounds for axis 0 with size 3"),
+        (-4, "index -4 is out of bounds for axis 0 with size 3"),
+        ((0, 0), "too many indices"),
+        (np.array([0, 3]), "index 3 is out of bounds"),
+        (jnp.array([0, -4]), "index -4 is out of bounds"),
+    ],
+    ids=["int", "negative", "too-many", "numpy", "jax"],
+)
+def test_buffer_out_of_bounds_is_an_index_error(maybe_jit, index, reason):
+    x = jnp.zeros(3)
+    with pytest.raises(IndexError, match=r"(?s)`Buffer`: cannot write at index .* shape \(3,\).*" + reason) as err:
+        maybe_jit(lambda x: write(Buffer(x), index, 1.0))(x)
+    assert isinstance(err.value, GradientError) and "dropped this write" in str(err.value)
+    with pytest.raises(IndexError, match=r"(?s)`Buffer`: cannot read at index .*" + reason) as err:
+        maybe_jit(lambda x: Buffer(x)[index])(x)
+    assert "clamped this read" in str(err.value)
+
+
+def test_buffer_negative_indices_count_from_the_end(maybe_jit):
+    def f(x):
+        buf = Buffer(jnp.zeros((2, 3)))
+        buf[-1, -1] = x
+        buf[0, -3] = buf[-1, 2] * 2
+        return buf.copy()
+
+    close(maybe_jit(f)(1.0), [[2.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+
+
+def test_buffer_iterates_and_stops_at_its_end():
+    it = iter(Buffer(jnp.array([1.0, 2.0])))  # Python iterates by __getitem__ until IndexError
+    assert [float(next(it)) for _ in range(2)] == [1.0, 2.0]
+    with pytest.raises(StopIteration):
+        next(it)
+
+
+def fill_in_a_loop(x, n):  # a traced index: `i` is a tracer in the loop body
+    def body(i, buf):
+        buf[i] = x[i % 3] * buf[i - 1]
+        return buf
+
+    return jax.lax.fori_loop(0, n, body, Buffer(jnp.ones(3))).copy()
+
+
+def test_buffer_traced_indices_in_bounds(maybe_jit):
+    x = jnp.array([1.0, 2.0, 3.0])
+    close(maybe_jit(fill_in_a_loop)(x, 3), [1.0, 2.0, 6.0])
+    close(maybe_jit(lambda x: gradient(lambda x: jnp.sum(fill_in_a_loop(x, 3)), x))(x)[0], [9.0, 4.0, 2.0])
+    at = jnp.array([0, -1])
+    close(jax.jit(jax.vmap(lambda i: write(Buffer(jnp.zeros(2)), i, 1.0)))(at), [[1.0, 0.0], [0.0, 1.0]])
+
+
+def test_buffer_traced_index_out_of_bounds_raises_as_the_program_runs():
+    x = jnp.array([1.0, 2.0, 3.0])
+    message = r"(?s)`Buffer`: cannot write at index 3 of a buffer of shape \(3,\) \(a traced index.*out of bounds"
+    with pytest.raises(jax.errors.JaxRuntimeError, match=message):
+        jax.block_until_ready(jax.jit(fill_in_a_loop, static_argnums=1)(x, 4))
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"(?s)cannot read at index \(1, -3\) .*axis 1 with size 2"):
+        jax.block_until_ready(jax.jit(lambda i, j: Buffer(jnp.zeros((2, 2)))[i, j])(1, -3))
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"(?s)cannot write at index array\(\[0, 2\]\)"):
+        jax.block_until_ready(jax.jit(lambda i: write(Buffer(jnp.zeros(2)), i, 1.0))(jnp.array([0, 2])))
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"(?s)cannot write at index 2 "):
+        jax.block_until_ready(jax.jit(jax.vmap(lambda i: write(Buffer(jnp.zeros(2)), i, 1.0)))(jnp.array([0, 2])))
+
+
+# A written value keeps its value: Python numbers must fit, arrays must promote to the dtype.
+@pytest.mark.parametrize(
+    "dtype, value, expected",
+    [
+        (jnp.float64, 1 + 2j, "a real number"),
+        (jnp.float64, jnp.array(1 + 2j), "promotes to float64"),
+        (jnp.int32, 1.7, "an integer"),
+        (jnp.int32, jnp.array(2.0), "promotes to int32"),
+        (jnp.int8, 300, r"a number in \[-128, 127\]"),
+        (jnp.float32, jnp.array(0.5, jnp.float64), "promotes to float32"),
+    ],
+    ids=["complex-into-real", "complex-array", "fraction-into-int", "float-array", "overflow", "f64-in-f32"],
+)
+def test_buffer_write_that_would_change_the_value_is_a_type_error(maybe_jit, dtype, value, expected):
+    what = r"(?s)`Buffer`: cannot write .* at index 0 into a buffer of dtype .*"
+    with pytest.raises(TypeError, match=what + expected) as err:
+        maybe_jit(lambda b: write(b, 0, value))(Buffer(jnp.zeros(2, dtype)))
+    assert isinstance(err.value, GradientError)
+
+
+@pytest.mark.parametrize(
+    "dtype, value, stored",
+    [
+        (jnp.float64, 2, 2.0),
+        (jnp.float64, jnp.array(2, jnp.int32), 2.0),
+        (jnp.float64, jnp.array(0.5, jnp.float32), 0.5),
+        (jnp.float64, 1 + 0j, 1.0),
+        (jnp.float32, 0.1, np.float32(0.1)),
+        (jnp.int32, 2.0, 2),
+        (jnp.int8, -128, -128),
+        (jnp.complex64, 1.5, 1.5),
+        (jnp.bool_, 1, True),
+    ],
+)
+def test_buffer_write_of_a_value_that_fits(maybe_jit, dtype, value, stored):
+    out = maybe_jit(lambda b: write(b, 0, value))(Buffer(jnp.zeros(2, dtype)))
+    assert out.dtype == dtype and out[0] == stored
+
+
+def test_buffer_write_of_the_wrong_shape_names_buffer(maybe_jit):
+    what = r"(?s)`Buffer`: cannot write a value of shape \(3,\) at index slice\(0, 2, None\).*shape \(2,\)"
+    with pytest.raises(ValueError, match=what):
+        maybe_jit(lambda b: write(b, slice(0, 2), jnp.ones(3)))(Buffer(jnp.zeros(3)))
+    with pytest.raises(GradientError, match=r"value of shape \(1, 3\)"):  # no extra leading axes, as in JAX
+        maybe_jit(lambda b: write(b, 0, jnp.ones((1, 3))))(Buffer(jnp.zeros((2, 3))))
+    close(maybe_jit(lambda b: write(b, (slice(None), 0), jnp.ones(1)))(Buffer(jnp.zeros((2, 3))))[:, 0], [1.0, 1.0])
