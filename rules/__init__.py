@@ -54,6 +54,7 @@ from ._errors import RuleDefinitionError as RuleDefinitionError
 from ._errors import RuleError as RuleError
 from ._errors import StaticArgumentError as StaticArgumentError
 from ._errors import TangentStructureError as TangentStructureError
+from ._registry import PlainFunctionWarning as PlainFunctionWarning
 
 __version__ = "0.1.0"
 from . import library as library  # registers the shipped rules

@@ -6,6 +6,9 @@ what was expected, what was received, and how to fix it.
 
 from __future__ import annotations
 
+import inspect
+from typing import Any
+
 __all__ = [
     "RuleError",
     "RuleDefinitionError",
@@ -41,15 +44,38 @@ def format_message(
     return "\n".join(lines)
 
 
-def describe_argument(index: int | str | None, path: str = "") -> str | None:
-    """`argument 1 at path [0]['w']`, `keyword argument 'axis'`, or the output."""
+def describe_argument(index: int | str | None, path: str = "", fn: Any = None) -> str | None:
+    """`argument 1 (x) at path [0]['w']`, `keyword argument 'axis'`, or the output.
+
+    `index` counts positional arguments from 0, as Python indexes them; the text counts
+    them as the user does, from 1, which is also the argument's slot in a pullback's result
+    `(f_bar, x1_bar, ...)`. With `fn`, the parameter's name follows in parentheses.
+
+    >>> describe_argument(0, "['w']", fn=lambda x, y: x)
+    "argument 1 (x) at path ['w']"
+    """
     if index is None:
         return None
     if isinstance(index, str):
         where = f"keyword argument {index!r}" if index != "output" else "the output"
     else:
-        where = f"argument {index}"
+        name = parameter_name(fn, index) if fn is not None else None
+        where = f"argument {index + 1}" + (f" ({name})" if name else "")
     return f"{where} at path {path}" if path else where
+
+
+def parameter_name(fn: Any, index: int) -> str | None:
+    """The name of `fn`'s positional parameter `index` (`args[2]` inside `*args`), or None."""
+    fn = getattr(fn, "__rules_key__", fn)
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if index < len(positional):
+        return positional[index].name
+    star = [p for p in params if p.kind == p.VAR_POSITIONAL]
+    return f"{star[0].name}[{index - len(positional)}]" if star else None
 
 
 class RuleError(Exception):

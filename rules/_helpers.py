@@ -11,7 +11,7 @@ import numpy as np
 from ._errors import RuleDefinitionError, format_message
 from ._primitive import unwrap
 from ._projection import ProjectTo, is_differentiable_leaf
-from ._registry import frule, function_name, register_examples, rrule
+from ._registry import frule, function_name, register_examples, rrule, warn_if_plain
 from ._thunks import thunk, unthunk
 from ._zeros import AbstractZero, NoTangent, ZeroTangent
 
@@ -61,7 +61,9 @@ def _unbroadcast(dx: Any, shape: tuple) -> Any:
     return summed.reshape(shape)
 
 
-def scalar_rule(f: Any, partials: Callable[..., Any], *, examples: Iterable[tuple] | None = None) -> Any:
+def scalar_rule(
+    f: Any, partials: Callable[..., Any], *, examples: Iterable[tuple] | None = None, plain: bool = False
+) -> Any:
     """Define the frule and rrule of an elementwise function from its partial derivatives.
 
     `partials(*args, y)` receives the arguments, then the output, and returns the partial
@@ -74,18 +76,25 @@ def scalar_rule(f: Any, partials: Callable[..., Any], *, examples: Iterable[tupl
 
     >>> import jax.numpy as jnp
     >>> import rules
-    >>> def hypot(a, b):
+    >>> @rules.primitive
+    ... def hypot(a, b):
     ...     return jnp.sqrt(a * a + b * b)
     >>> _ = rules.scalar_rule(hypot, lambda a, b, y: (a / y, b / y))
     >>> y, back = rules.rrule(hypot, 3.0, 4.0)
     >>> y, [float(rules.unthunk(t)) for t in back(1.0)[1:]]
     (Array(5., dtype=float64, weak_type=True), [0.6, 0.8])
 
+    `f` should be a `rules.Primitive`: for a plain function, JAX never consults the rules
+    and this warns (`PlainFunctionWarning`), unless `plain=True` (as for the library's rules
+    keyed on `jax.numpy` functions, which serve `rules.rrule(jnp.sin, x)` and `rrule_via_ad`).
+
     Returns:
       `f`, so the call can sit next to its definition.
 
     See also: `rrule`, `frule`, `non_differentiable`.
     """
+    if not plain:
+        warn_if_plain(f, f"scalar_rule({function_name(f)}, ...)", stacklevel=2)
     raw = unwrap(f)
     if examples is not None:
         register_examples(f, examples)
@@ -143,23 +152,29 @@ def scalar_rule(f: Any, partials: Callable[..., Any], *, examples: Iterable[tupl
     # The frule is the same rule (elementwise partials): lower it through custom_jvp, so a
     # primitive with a scalar rule has forward mode as well as reverse mode.
     scalar_rrule.__rules_lower_with_frule__ = True
-    frule.register(f, scalar_frule)
-    rrule.register(f, scalar_rrule)
+    frule.register(f, scalar_frule, plain=True)
+    rrule.register(f, scalar_rrule, plain=True)
     return f
 
 
-def non_differentiable(f: Any, *, types: Iterable | None = None, examples: Iterable[tuple] | None = None) -> Any:
+def non_differentiable(
+    f: Any, *, types: Iterable | None = None, examples: Iterable[tuple] | None = None, plain: bool = False
+) -> Any:
     """Declare `f` not differentiable: its rules return `NoTangent()` for every argument.
+
+    As for `scalar_rule`, a plain `f` warns unless `plain=True`: JAX never sees its rules.
 
     >>> import jax.numpy as jnp
     >>> import rules
-    >>> _ = rules.non_differentiable(jnp.argmax)
+    >>> _ = rules.non_differentiable(jnp.argmax, plain=True)
     >>> y, back = rules.rrule(jnp.argmax, jnp.array([1.0, 3.0, 2.0]))
     >>> int(y), back(1.0)
     (1, (NoTangent(), NoTangent()))
 
     See also: `scalar_rule`, `ignore_derivatives`.
     """
+    if not plain:
+        warn_if_plain(f, f"non_differentiable({function_name(f)})", stacklevel=2)
     raw = unwrap(f)
     if examples is not None:
         register_examples(f, examples)
@@ -174,8 +189,8 @@ def non_differentiable(f: Any, *, types: Iterable | None = None, examples: Itera
         return raw(*args, **kwargs), non_differentiable_pullback
 
     non_differentiable_rrule.__rules_lower_with_frule__ = True
-    frule.register(f, non_differentiable_frule, types=types)
-    rrule.register(f, non_differentiable_rrule, types=types)
+    frule.register(f, non_differentiable_frule, types=types, plain=True)
+    rrule.register(f, non_differentiable_rrule, types=types, plain=True)
     return f
 
 
@@ -199,4 +214,4 @@ def ignore_derivatives(x: Any) -> Any:
     )
 
 
-non_differentiable(ignore_derivatives)
+non_differentiable(ignore_derivatives, plain=True)  # for rules.rrule(ignore_derivatives, x)

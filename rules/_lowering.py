@@ -37,10 +37,13 @@ from jax.custom_derivatives import SymbolicZero
 from ._errors import (
     ForwardModeError,
     PullbackError,
+    RuleDefinitionError,
+    RuleError,
     StaticArgumentError,
     TangentStructureError,
     describe_argument,
     format_message,
+    parameter_name,
 )
 from ._notimplemented import NotImplementedTangent
 from ._projection import ArrayTypes, project_leaf
@@ -116,10 +119,87 @@ def conj_tree(tree: Any) -> Any:
     return jax.tree_util.tree_map(_conj, tree)
 
 
-def _zeros_for(shape: tuple, dtype: Any) -> Any:
-    if jnp.issubdtype(dtype, jnp.inexact):
-        return jnp.zeros(shape, dtype)
-    return np.zeros(shape, jax.dtypes.float0)
+def _zero_tangent_of(leaf: Any) -> Any:
+    """The zero tangent of an output leaf, with its varying mesh axes under `shard_map`."""
+    shape, dtype = np.shape(leaf), jnp.result_type(leaf)
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        return np.zeros(shape, jax.dtypes.float0)
+    zero = jnp.zeros(shape, dtype)
+    axes = _varying_axes(leaf)
+    return _pcast_varying(zero, axes) if axes else zero
+
+
+def _varying_axes(x: Any) -> tuple:
+    """The mesh axes along which `x` varies inside `shard_map` (empty elsewhere)."""
+    aval = jax.typeof(x)
+    axes = getattr(aval, "vma", None)  # JAX 0.6 - 0.9
+    if axes is None:
+        axes = getattr(getattr(aval, "mat", None), "varying", None)  # JAX 0.10: ManualAxisType
+    return tuple(sorted(axes)) if axes else ()
+
+
+def _pcast_varying(x: Any, axes: tuple) -> Any:
+    if hasattr(jax.lax, "pcast"):  # JAX >= 0.8
+        return jax.lax.pcast(x, axes, to="varying")
+    return jax.lax.pvary(x, axes)  # pragma: no cover - JAX 0.6 - 0.7
+
+
+def _static_key(leaf: Any) -> Any:
+    """The cache key of a static argument: values that compare equal but act differently differ.
+
+    `1`, `True` and `np.int64(1)` are kept apart by type (as JAX's `static_argnums` does),
+    `0.0` and `-0.0` (and NaNs) by their exact text.
+    """
+    if isinstance(leaf, (float, complex)):
+        return type(leaf), repr(leaf)
+    return type(leaf), leaf
+
+
+def _is_shard_map_only(leaves: list) -> bool:
+    """Whether every tracer among `leaves` is an eager `shard_map` tracer (no AD at this level).
+
+    `shard_map`'s eager trace drops custom derivative rules (it is never differentiated
+    itself) and rejects `custom_vjp` with symbolic zeros, so the plain function is called.
+    """
+    bases = []
+    for leaf in leaves:
+        while type(leaf).__name__ == "BatchTracer":  # vmap inside shard_map: look through it
+            leaf = leaf.val
+        if isinstance(leaf, _Tracer):
+            bases.append(leaf)
+    return bool(bases) and all(type(t).__name__ == "ShardMapTracer" for t in bases)
+
+
+@contextlib.contextmanager
+def _naming(what: Any):
+    """Add a note naming the rule to an exception raised by user code (rule, pullback, thunk)."""
+    try:
+        yield
+    except RuleError:
+        raise
+    except Exception as err:
+        err.add_note(what() if callable(what) else what)
+        raise
+
+
+_OUTPUT_TYPES = (*ArrayTypes, int, float, complex, bool, np.generic)
+
+
+def _check_output_leaves(name: str, y: Any, source: str) -> None:
+    if all(isinstance(leaf, _OUTPUT_TYPES) for leaf in jax.tree_util.tree_leaves(y)):
+        return
+    for path, leaf in jax.tree_util.tree_flatten_with_path(y)[0]:
+        if not isinstance(leaf, _OUTPUT_TYPES):
+            raise RuleDefinitionError(
+                format_message(
+                    f"primitive `{name}`: {source} holds a {type(leaf).__name__}, which JAX cannot trace",
+                    argument=describe_argument("output", jax.tree_util.keystr(path)),
+                    expected="arrays or Python numbers (pytrees of them)",
+                    got=f"{type(leaf).__name__} {leaf!r:.60}",
+                    fix="return only arrays from the primitive; compute labels and other Python objects "
+                    "in a wrapper around it",
+                )
+            )
 
 
 def _path_text(path: tuple) -> str:
@@ -129,10 +209,14 @@ def _path_text(path: tuple) -> str:
 # ----- entry point ----------------------------------------------------------------------------
 def call_lowered(prim: Any, args: tuple, kwargs: dict, leaves: list, treedef: Any) -> Any:
     """Call `prim` under a JAX transformation: through the lowering of its rules, if any."""
-    note_traced(prim.__rules_key__)  # a later redefinition must clear JAX's trace caches
+    if _is_shard_map_only(leaves):
+        return prim.fn(*args, **kwargs)
+    note_traced(prim)  # a later redefinition must clear JAX's trace caches
     rr, fr = lowered_rules(prim, args)
     if rr is None and fr is None:
-        return prim.fn(*args, **kwargs)
+        fr = getattr(prim, "_fallback_frule", None)  # an `external` with no rule: a clear error
+        if fr is None:
+            return prim.fn(*args, **kwargs)
     n_pos = treedef.children()[0].num_leaves
     # keyword arguments are never differentiated: arrays pass as dynamic non-differentiable
     # inputs, Python scalars are static (bound outside the rule, like `ord=np.inf`)
@@ -141,7 +225,7 @@ def call_lowered(prim: Any, args: tuple, kwargs: dict, leaves: list, treedef: An
         for i, leaf in enumerate(leaves)
     )
     statics = tuple(leaf if k == STATIC else None for leaf, k in zip(leaves, kinds))
-    key = (rr, fr, treedef, kinds, statics)
+    key = (rr, fr, treedef, kinds, tuple(_static_key(leaf) if k == STATIC else None for leaf, k in zip(leaves, kinds)))
     cache = prim._lowered
     try:
         lowered = cache.get(key)
@@ -187,7 +271,7 @@ def _raise_unhashable(prim, args, kwargs, kinds, treedef):
             raise StaticArgumentError(
                 format_message(
                     f"primitive `{function_name(prim)}`: a static argument is not hashable",
-                    argument=describe_argument(index, jax.tree_util.keystr(path[2:])),
+                    argument=describe_argument(index, jax.tree_util.keystr(path[2:]), fn=prim),
                     expected="arrays, Python scalars, or hashable objects (static arguments key the lowering cache)",
                     got=f"an unhashable {type(leaf).__name__}",
                     fix="pass the data as an array, make the object hashable (e.g. a tuple or a frozen "
@@ -255,6 +339,7 @@ class _Lowered:
         self.nargs = len(self.arg_treedefs)
         starts = np.cumsum([0] + [t.num_leaves for t in self.arg_treedefs])
         self.arg_ranges = [(int(starts[i]), int(starts[i + 1])) for i in range(self.nargs)]
+        self._out_types: dict = {}
         if rr is not None:
             fn = jax.custom_vjp(self.primal)
             fn.defvjp(self.fwd, self.bwd, symbolic_zeros=True)
@@ -271,7 +356,45 @@ class _Lowered:
 
     def primal(self, *dyn):
         args, kwargs = self.rebuild(dyn)
-        return self.prim.fn(*args, **kwargs)
+        y = self.prim.fn(*args, **kwargs)
+        _check_output_leaves(self.name, y, "its output")
+        return y
+
+    def check_rule_primal(self, kind: str, dyn: list, y: Any) -> None:
+        """The rule's primal output must have the function's structure, shapes and dtypes.
+
+        The function's output type is found by `jax.eval_shape` once per input signature.
+        """
+        _check_output_leaves(self.name, y, f"the {kind}'s primal output")
+        sig = tuple((v.shape, v.dtype, v.weak_type) if isinstance(v, jax.Array) else (type(v), np.shape(v), getattr(v, "dtype", None)) for v in dyn)
+        want = self._out_types.get(sig)
+        if want is None:
+            want = self._out_types[sig] = jax.eval_shape(self.primal, *dyn)
+        want_leaves, want_tree = jax.tree_util.tree_flatten(want)
+        got_leaves, got_tree = jax.tree_util.tree_flatten(y)
+        if want_tree != got_tree:
+            problem, expected, got = "structure", str(want_tree), str(got_tree)
+        else:
+            bad = [
+                (k, w, g) for k, (w, g) in enumerate(zip(want_leaves, got_leaves))
+                if tuple(w.shape) != np.shape(g) or w.dtype != jnp.result_type(g)
+            ]
+            if not bad:
+                return
+            k, w, g = bad[0]
+            problem = "shape and dtype" + (f" (output leaf {k})" if len(want_leaves) > 1 else "")
+            expected = f"shape {tuple(w.shape)}, dtype {w.dtype}"
+            got = f"shape {np.shape(g)}, dtype {jnp.result_type(g)}"
+        raise RuleDefinitionError(
+            format_message(
+                f"the {kind} of `{self.name}` returned a primal output whose {problem} differs from "
+                f"`{self.name}`'s own",
+                expected=f"{expected} (what `{self.name}` returns, by jax.eval_shape)",
+                got=got,
+                fix=f"return `{self.name}(...)`'s value (or an array of its shape and dtype) as the "
+                "first item of the rule's result",
+            )
+        )
 
     def forward_mode_message(self) -> str:
         has_frule = self.fr is not None
@@ -293,8 +416,9 @@ class _Lowered:
         values = [p.value for p in dyn_primals]
         perturbed = [p.perturbed for p in dyn_primals]
         args, kwargs = self.rebuild(values)
-        with _running_rule_of(self.prim.__rules_key__):
+        with _running_rule_of(self.prim.__rules_key__), _naming(f"(raised in the rrule of `{self.name}`)"):
             y, pullback = check_rrule_result(self.prim, self.rr(*args, **kwargs))
+        self.check_rule_primal("rrule", values, y)
         y_leaves, y_tree = jax.tree_util.tree_flatten(y)
         out_diff = [i for i, leaf in enumerate(y_leaves) if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)]
         metas = [(np.shape(v), jnp.result_type(v)) for v in values]
@@ -306,7 +430,9 @@ class _Lowered:
             for i, g in zip(pattern, gs):
                 y_bar_leaves[i] = _conj(g)
             y_bar = jax.tree_util.tree_unflatten(y_tree, y_bar_leaves)
-            return self._to_jax_cotangents(pullback(y_bar), args, perturbed, metas)
+            with _naming(f"(raised in the pullback of `{self.name}`)"):
+                cotangents = pullback(y_bar)
+            return self._to_jax_cotangents(cotangents, args, perturbed, metas)
 
         out_meta = tuple((np.shape(y_leaves[i]), jnp.result_type(y_leaves[i])) for i in out_diff)
         out_avals = [jax.typeof(y_leaves[i]) for i in out_diff]  # keeps shard_map's varying axes
@@ -349,22 +475,43 @@ class _Lowered:
                     "that cannot be perturbed",
                 )
             )
+        self._check_f_bar(cotangents[0])
         out: list[Any] = [None] * len(self.dyn_index)
         for i, (lo, hi) in enumerate(self.arg_ranges):
             want = [self.kinds[f] == DIFF and perturbed[self.dyn_pos[f]] for f in range(lo, hi)]
             if not any(want):
                 continue  # never evaluate the thunk of an input that is not differentiated
-            leaf_cts = _tangent_leaves(cotangents[1 + i], args[i], want, self.name, i, ())
+            with _naming(lambda i=i: f"(raised evaluating the cotangent of `{self.name}`'s "
+                         f"{describe_argument(i, fn=self.prim)}: a thunk of its pullback)"):
+                leaf_cts = _tangent_leaves(cotangents[1 + i], args[i], want, self.name, i, (), self.prim)
             for flat, ct in zip(range(lo, hi), leaf_cts):
                 if ct is None or isinstance(ct, AbstractZero):
                     continue
                 d = self.dyn_pos[flat]
                 shape, dtype = metas[d]
                 where = lambda i=i, k=flat - lo: (  # noqa: E731  (built only for an error)
-                    f"the pullback of `{self.name}`, {describe_argument(i, _leaf_path(args[i], k))}"
+                    f"the pullback of `{self.name}`, {describe_argument(i, _leaf_path(args[i], k), fn=self.prim)}"
                 )
                 out[d] = _conj(project_leaf(ct, dtype, shape, where))
         return tuple(out)
+
+    def _check_f_bar(self, f_bar: Any) -> None:
+        """The function's own cotangent (slot 0) must be zero: the lowering has no place for it."""
+        with _naming(f"(raised evaluating f_bar, the first item returned by the pullback of `{self.name}`)"):
+            f_bar = unthunk(f_bar)
+        if f_bar is None or isinstance(f_bar, AbstractZero):
+            return
+        got = f"an array of shape {np.shape(f_bar)}" if isinstance(f_bar, ArrayTypes) else type(f_bar).__name__
+        raise PullbackError(
+            format_message(
+                f"the pullback of `{self.name}` returned a cotangent for the function itself (f_bar, "
+                "the first item), which JAX would drop",
+                expected=f"NoTangent() first, then one cotangent per argument: (NoTangent(), {self._slots('_bar')})",
+                got=got,
+                fix="put NoTangent() first (is the order of the cotangents swapped?); to differentiate "
+                "arrays the function closes over, pass them as arguments",
+            )
+        )
 
     # ----- forward mode: jax.custom_jvp ---------------------------------------------------
     def jvp(self, primals, tangents):
@@ -383,17 +530,38 @@ class _Lowered:
                 arg_tangents.append(jax.tree_util.tree_unflatten(sub, ts))
         # No "own rule" mark here: custom_jvp recursion ends by itself (each level peels off one
         # tangent), and an frule calling its own primitive keeps its derivative differentiable.
-        y, y_dot = check_frule_result(self.prim, self.fr((NoTangent(), *arg_tangents), *args, **kwargs))
+        with _naming(lambda: self._frule_note(args)):
+            try:
+                y, y_dot = check_frule_result(self.prim, self.fr((NoTangent(), *arg_tangents), *args, **kwargs))
+            except ValueError as err:
+                if "unpack" not in str(err):
+                    raise
+                raise RuleDefinitionError(
+                    format_message(
+                        f"the frule of `{self.name}` unpacked its tangents wrongly: {err}",
+                        expected=f"`tangents` holds {1 + self.nargs} items: the function's own tangent first, "
+                        f"then one per positional argument: (f_dot, {self._slots('_dot')})",
+                        fix="write `_, x_dot = tangents` for one argument, `_, x_dot, y_dot = tangents` for two",
+                    )
+                ) from err
+        self.check_rule_primal("frule", list(primals), y)
         return y, self._to_jax_tangent(y_dot, y)
+
+    def _slots(self, suffix: str) -> str:
+        """`x_bar, y_bar`: the argument slots of a rule's result, by parameter name."""
+        return ", ".join(f"{parameter_name(self.prim, i) or f'x{i + 1}'}{suffix}" for i in range(self.nargs))
+
+    def _frule_note(self, args) -> str:
+        return f"(raised in the frule of `{self.name}`, called with {1 + len(args)} tangents (f_dot, x1_dot, ...))"
 
     def _to_jax_tangent(self, y_dot, y):
         y_leaves, y_tree = jax.tree_util.tree_flatten(y)
-        leaf_ts = _tangent_leaves(y_dot, y, [True] * len(y_leaves), self.name, "output", ())
+        leaf_ts = _tangent_leaves(y_dot, y, [True] * len(y_leaves), self.name, "output", (), self.prim)
         out = []
         for k, (leaf, t) in enumerate(zip(y_leaves, leaf_ts)):
             shape, dtype = np.shape(leaf), jnp.result_type(leaf)
             if t is None or isinstance(t, AbstractZero) or not jnp.issubdtype(dtype, jnp.inexact):
-                out.append(_zeros_for(shape, dtype))
+                out.append(_zero_tangent_of(leaf))
             else:
                 where = lambda k=k: f"the frule of `{self.name}`, {describe_argument('output', _leaf_path(y, k))}"  # noqa: E731
                 out.append(project_leaf(t, dtype, shape, where))
@@ -413,7 +581,7 @@ def _jax_children(primal: Any):
     return children_with_names(primal)
 
 
-def _tangent_leaves(ct: Any, primal: Any, want: list[bool], name: str, index: Any, path: tuple) -> list:
+def _tangent_leaves(ct: Any, primal: Any, want: list[bool], name: str, index: Any, path: tuple, fn: Any = None) -> list:
     """The tangent `ct` of `primal`, as one entry per leaf of `primal` (None where not wanted)."""
     n = len(want)
     if not any(want):
@@ -422,7 +590,7 @@ def _tangent_leaves(ct: Any, primal: Any, want: list[bool], name: str, index: An
     if isinstance(ct, AbstractZero):
         return [None] * n
     if isinstance(ct, NotImplementedTangent):
-        err = ct.error(f"as the cotangent of `{name}` {describe_argument(index, _path_text(path))}")
+        err = ct.error(f"as the cotangent of `{name}` {describe_argument(index, _path_text(path), fn=fn)}")
         raise err
     if primal is None:
         return []
@@ -432,7 +600,7 @@ def _tangent_leaves(ct: Any, primal: Any, want: list[bool], name: str, index: An
             raise TangentStructureError(
                 format_message(
                     f"`{name}`: a rule returned a structured tangent for an array",
-                    argument=describe_argument(index, _path_text(path)),
+                    argument=describe_argument(index, _path_text(path), fn=fn),
                     expected=f"an array of shape {np.shape(primal)}",
                     got=f"{type(ct).__name__}",
                     fix="return an array (or ZeroTangent()) for array arguments",
@@ -449,7 +617,7 @@ def _tangent_leaves(ct: Any, primal: Any, want: list[bool], name: str, index: An
             raise TangentStructureError(
                 format_message(
                     f"`{name}`: the tangent's structure does not match the primal's",
-                    argument=describe_argument(index, _path_text(path)),
+                    argument=describe_argument(index, _path_text(path), fn=fn),
                     expected=f"a Tangent or a {type(primal).__name__} with fields {names}",
                     got=f"{type(ct).__name__}" + (f" with fields {[k for k, _ in ct_split[0]]}" if ct_split else ""),
                     fix=f"return Tangent({type(primal).__name__}, ...) with the primal's field names",
@@ -461,7 +629,7 @@ def _tangent_leaves(ct: Any, primal: Any, want: list[bool], name: str, index: An
         raise TangentStructureError(
             format_message(
                 f"`{name}`: the Tangent has fields the primal lacks",
-                argument=describe_argument(index, _path_text(path)),
+                argument=describe_argument(index, _path_text(path), fn=fn),
                 expected=f"fields among {names}",
                 got=f"{list(lookup)}",
                 fix=f"build the Tangent with the field names of {type(primal).__name__}",
@@ -471,6 +639,6 @@ def _tangent_leaves(ct: Any, primal: Any, want: list[bool], name: str, index: An
     offset = 0
     for key, child in pairs:
         m = jax.tree_util.tree_structure(child).num_leaves
-        out += _tangent_leaves(lookup.get(key, ZeroTangent()), child, want[offset : offset + m], name, index, (*path, key))
+        out += _tangent_leaves(lookup.get(key, ZeroTangent()), child, want[offset : offset + m], name, index, (*path, key), fn)
         offset += m
     return out

@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._errors import RuleDefinitionError, format_message
-from ._lowering import _Tracer, bypass_in_own_rule, call_lowered
-from ._registry import frule, register_examples, rrule
+from ._lowering import _pcast_varying, _Tracer, _varying_axes, bypass_in_own_rule, call_lowered
+from ._registry import frule, note_wrapped, register_examples, rrule
 
 __all__ = ["Primitive", "primitive", "external", "unwrap"]
 
@@ -32,6 +32,7 @@ class Primitive:
             raise RuleDefinitionError(f"`primitive(fn)`: fn must be callable; got {type(fn).__name__}.")
         self.fn = fn
         self.__rules_key__ = getattr(fn, "__rules_key__", fn)
+        note_wrapped(self.__rules_key__)
         functools.update_wrapper(self, fn, updated=())
         if name is not None:
             self.__name__ = self.__qualname__ = name
@@ -191,12 +192,47 @@ def external(
         if eager:  # an eager pure_callback of a fresh closure would compile anew on every call
             host_args = jax.tree_util.tree_map(np.asarray, args)
             return jax.tree_util.tree_map(jnp.asarray, host(*host_args))
-        return jax.pure_callback(host, shapes, *args, vmap_method=vmap_method)
+        out = jax.pure_callback(host, shapes, *args, vmap_method=vmap_method)
+        return _varying_like(out, args)
 
     call.__name__ = call.__qualname__ = fn_name
     call.__doc__ = getattr(fn, "__doc__", None)
     call.__module__ = getattr(fn, "__module__", None) or __name__
-    return Primitive(call, name=fn_name, examples=examples)
+    prim = Primitive(call, name=fn_name, examples=examples)
+
+    def no_rule_frule(tangents, *args, **kwargs):
+        raise RuleDefinitionError(
+            format_message(
+                f"`{fn_name}` is an `external` (its primal runs outside JAX, through `jax.pure_callback`) "
+                "with no rule, so JAX cannot differentiate it",
+                expected="an rrule or frule registered for it",
+                got="no rule for these arguments",
+                fix=f"define one with `@{fn_name}.rrule` (reverse mode) or `@{fn_name}.frule` (forward "
+                "mode); see `rules.external`'s example",
+            )
+        )
+
+    # Under a transformation with no rule, the lowering wraps the callback in a custom_jvp
+    # whose rule is this error: jit and vmap still work, differentiation says what to do.
+    prim._fallback_frule = no_rule_frule
+    return prim
+
+
+def _varying_like(out: Any, args: Any) -> Any:
+    """Inside `shard_map`, a callback's outputs vary along the mesh axes its inputs vary along.
+
+    JAX types a `pure_callback`'s outputs as invariant; its tangents, computed from the
+    varying inputs by the rules, vary, and `check_vma=True` rejects the mismatch.
+    """
+    axes = sorted({a for leaf in jax.tree_util.tree_leaves(args) for a in _varying_axes(leaf)})
+    if not axes:
+        return out
+
+    def widen(leaf):
+        missing = tuple(a for a in axes if a not in _varying_axes(leaf))
+        return _pcast_varying(leaf, missing) if missing else leaf
+
+    return jax.tree_util.tree_map(widen, out)
 
 
 _ = jnp  # jax.numpy is part of this module's namespace for doctests

@@ -8,11 +8,16 @@ so `jax.jit`-compiled callers pick up the new rule on their next call.
 
 from __future__ import annotations
 
+import linecache
+import re
 import sys
 import threading
+import warnings
+import weakref
 from typing import Any, Callable, Iterable
 
 import jax
+import numpy as np
 
 from ._errors import AmbiguousRuleError, RuleDefinitionError, format_message
 
@@ -28,11 +33,15 @@ __all__ = [
     "register_examples",
     "examples_of",
     "function_name",
+    "PlainFunctionWarning",
 ]
 
 _lock = threading.RLock()
 _version = 0
-_traced_keys: set[Any] = set()
+# registry key -> the primitives wrapping it whose lowering JAX has traced (weakly held)
+_traced: dict[Any, weakref.WeakSet] = {}
+# registry keys wrapped by at least one primitive (a rule on them is seen by JAX)
+_wrapped: weakref.WeakSet = weakref.WeakSet()
 _examples: dict[Any, list[tuple]] = {}
 _example_modules: dict[Any, str] = {}
 _OPT_OUT = object()
@@ -69,7 +78,7 @@ def registry_version() -> int:
 
     >>> import rules
     >>> before = rules.registry_version()
-    >>> _ = rules.rrule.register(max)(lambda *a: (max(*a), lambda g: (rules.NoTangent(),) * (1 + len(a))))
+    >>> _ = rules.rrule.register(max, plain=True)(lambda *a: (max(*a), lambda g: (rules.NoTangent(),) * (1 + len(a))))
     >>> rules.registry_version() > before
     True
 
@@ -81,15 +90,54 @@ def registry_version() -> int:
 def _bump(key: Any) -> None:
     global _version
     _version += 1
-    if key in _traced_keys:
-        # JAX cached traces that inlined the old rule: drop them so the next call retraces.
-        _traced_keys.discard(key)
-        jax.clear_caches()
+    prims = _traced.pop(key, None)
+    if prims is None:
+        return
+    for prim in list(prims):
+        prim._lowered.clear()  # drop the old rule's lowerings (and what their closures hold)
+    # JAX's caches of traced callers (jax.jit of a model calling the primitive) inlined the
+    # old rule. JAX has no public way to drop only those, so all of its caches are dropped:
+    # callers retrace once, on their next call. Only a primitive JAX has traced since its
+    # last redefinition costs this.
+    _clear_jax_caches()
 
 
-def note_traced(key: Any) -> None:
-    """Record that JAX traced a lowering of `key` (see `_bump`)."""
-    _traced_keys.add(key)
+def _clear_jax_caches() -> None:
+    # jax.clear_caches walks JAX's registry of caches, which another thread creating a jit
+    # may grow meanwhile ("dictionary/set changed size during iteration"): try again.
+    for attempt in range(20):
+        try:
+            jax.clear_caches()
+            return
+        except RuntimeError as err:
+            if "changed size" not in str(err) or attempt == 19:
+                raise
+
+
+def note_traced(prim: Any) -> None:
+    """Record that JAX traced a lowering of primitive `prim` (see `_bump`)."""
+    prims = _traced.get(prim.__rules_key__)
+    if prims is None:
+        with _lock:
+            prims = _traced.setdefault(prim.__rules_key__, weakref.WeakSet())
+    if prim not in prims:
+        with _lock:
+            prims.add(prim)
+
+
+def note_wrapped(key: Any) -> None:
+    """Record that a primitive wraps `key`, so rules registered on it reach JAX."""
+    try:
+        _wrapped.add(key)
+    except TypeError:  # not weakly referenceable: it cannot warn either way
+        pass
+
+
+class PlainFunctionWarning(UserWarning):
+    """A rule was registered for a plain function, which JAX transformations never consult.
+
+    See also: `primitive`, `rrule`.
+    """
 
 
 def _type_name(t: Any) -> str:
@@ -106,13 +154,34 @@ def _as_tuple(t: Any) -> tuple:
     return t if isinstance(t, tuple) else (t,)
 
 
+_PYTHON_SCALAR_OF_KIND = {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}
+
+
+def _is_instance(arg: Any, t: Any) -> bool:
+    """`isinstance`, seeing through JAX tracers to the argument the user passed.
+
+    Under a transformation every argument JAX differentiates or batches is a tracer, an
+    instance of `jax.Array`: a weakly typed scalar tracer may also stand for a Python number
+    (it matches `float`, `int`, `complex` or `bool` by dtype), any other tracer for a NumPy
+    array (it matches `np.ndarray`).
+    """
+    if isinstance(arg, t):
+        return True
+    if not isinstance(arg, jax.core.Tracer):
+        return False
+    aval = jax.typeof(arg)
+    if getattr(aval, "weak_type", False) and aval.shape == ():
+        return isinstance(_PYTHON_SCALAR_OF_KIND.get(aval.dtype.kind, arg), t)
+    return any(issubclass(np.ndarray, u) for u in _as_tuple(t))
+
+
 def _matches(types: tuple | None, args: tuple) -> bool:
     if types is None:
         return True
     if types and types[-1] is Ellipsis:
         fixed = types[:-1]
-        return len(args) >= len(fixed) and all(isinstance(a, t) for a, t in zip(args, fixed))
-    return len(args) == len(types) and all(isinstance(a, t) for a, t in zip(args, types))
+        return len(args) >= len(fixed) and all(_is_instance(a, t) for a, t in zip(args, fixed))
+    return len(args) == len(types) and all(_is_instance(a, t) for a, t in zip(args, types))
 
 
 def _narrower(a: Any, b: Any) -> bool:
@@ -152,8 +221,30 @@ class RuleTable:
     def __repr__(self) -> str:
         return f"<rule table {self.kind}: {len(self._rules)} functions>"
 
-    def register(self, f: Any, impl: Callable | None = None, *, types: Iterable | None = None):
-        """Register `impl` as the rule for `f` (for arguments of `types`); usable as a decorator."""
+    def register(self, f: Any, impl: Callable | None = None, *, types: Iterable | None = None, plain: bool = False):
+        """Register `impl` as the rule for `f` (for arguments of `types`); usable as a decorator.
+
+        `f` should be a `rules.Primitive` (or a function a primitive wraps): JAX
+        transformations call a plain function's own code and never its rules, so registering
+        on one warns (`PlainFunctionWarning`) unless `plain=True` says the rule is meant for
+        direct calls (`rrule(f, ...)`, `rrule_via_ad`) or for a `primitive(f)` made later.
+
+        Raises:
+          RuleDefinitionError: used as a bare decorator (`@rrule.register` without `(f)`),
+            or `types` holds something that is not a class.
+        """
+        if impl is None and types is None and _bare_decorator_line(sys._getframe(1)):
+            raise RuleDefinitionError(
+                format_message(
+                    f"`@{self.kind}.register` needs the function the rule is for: `@{self.kind}.register(f)`",
+                    expected=f"`@{self.kind}.register(f)` above `def f_{self.kind}(...)`, or `@f.{self.kind}` on a primitive f",
+                    got=f"`@{self.kind}.register` with no arguments, on `{function_name(f)}`",
+                    fix=f"write `@rules.{self.kind}.register(f)`; as written, `{function_name(f)}` itself would "
+                    "become the function the rule is for, and no rule would be registered",
+                )
+            )
+        if impl is not _OPT_OUT and not plain:
+            warn_if_plain(f, f"{self.kind}.register({function_name(f)})", stacklevel=2)
         key = rule_key(f)
         sig = None if types is None else tuple(types)
         if sig is not None:
@@ -208,6 +299,37 @@ class RuleTable:
 
     def opt_out(self, f: Any, types: Iterable) -> None:
         self.register(f, _OPT_OUT, types=types)
+
+
+_BARE_DECORATOR = re.compile(r"^\s*@[\w.]*\bregister\s*(#.*)?$")
+
+
+def _bare_decorator_line(frame: Any) -> bool:
+    """Whether the caller's line is a decorator without arguments (`@rrule.register`)."""
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+    return bool(_BARE_DECORATOR.match(line))
+
+
+def warn_if_plain(f: Any, api: str, stacklevel: int) -> None:
+    """Warn when a rule is registered for a function no primitive wraps (JAX never uses it)."""
+    if hasattr(f, "__rules_key__"):
+        return
+    try:
+        if f in _wrapped:
+            return
+    except TypeError:
+        pass
+    name = function_name(f)
+    short = getattr(f, "__name__", name)
+    warnings.warn(
+        f"`{api}`: `{name}` is a plain function, so jax.grad, jax.jvp, jax.jit, jax.vmap and "
+        f"zygote_jax.gradient never use this rule (JAX differentiates its own code); only direct "
+        f"calls (`rules.rrule({short}, ...)`, `rrule_via_ad`) and a `rules.primitive({short})` do. "
+        f"Make it a primitive first (`@rules.primitive` on its definition, or `{short} = "
+        f"rules.primitive({short})`), or pass `plain=True` to register it for direct calls knowingly.",
+        PlainFunctionWarning,
+        stacklevel=stacklevel + 1,
+    )
 
 
 class _RRuleTable(RuleTable):
@@ -290,7 +412,8 @@ never differentiated. Register with `@rrule.register(f)` or `@f.rrule` on a prim
 
 >>> import jax.numpy as jnp
 >>> import rules
->>> def cube(x):
+>>> @rules.primitive
+... def cube(x):
 ...     return x ** 3
 >>> @rules.rrule.register(cube)
 ... def cube_rrule(x):
@@ -312,7 +435,8 @@ The implementation receives the tangents first, then the primal arguments:
 `def f_frule(tangents, x, y)` with `tangents == (f_dot, x_dot, y_dot)`.
 
 >>> import rules
->>> def square(x):
+>>> @rules.primitive
+... def square(x):
 ...     return x * x
 >>> @rules.frule.register(square)
 ... def square_frule(tangents, x):
@@ -355,7 +479,7 @@ def opt_out(f: Any, types: Iterable) -> None:
     >>> import rules
     >>> def double(x):
     ...     return 2 * x
-    >>> _ = rules.rrule.register(double)(lambda x: (double(x), lambda g: (rules.NoTangent(), 2 * g)))
+    >>> _ = rules.rrule.register(double, plain=True)(lambda x: (double(x), lambda g: (rules.NoTangent(), 2 * g)))
     >>> rules.opt_out(double, types=(int,))
     >>> rules.has_rrule(double, 3), rules.has_rrule(double, 3.0)
     (False, True)

@@ -87,6 +87,11 @@ class AbstractZero:
     def __getitem__(self, index):
         return self
 
+    def __iter__(self):
+        # As in ChainRulesCore, a zero iterates once, yielding itself. Without this, Python
+        # would iterate through __getitem__ forever (`for g in y_bar` in a pullback).
+        yield self
+
     def conj(self):
         return self
 

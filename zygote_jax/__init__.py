@@ -38,5 +38,8 @@ from ._params import Params as Params
 # Errors and warnings
 from ._errors import AdjointWarning as AdjointWarning
 from ._errors import GradientError as GradientError
+from ._control import BufferIndexError as BufferIndexError
+from ._control import BufferShapeError as BufferShapeError
+from ._control import BufferTypeError as BufferTypeError
 
 __version__ = "0.1.0"

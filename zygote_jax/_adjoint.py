@@ -120,7 +120,7 @@ def adjoint(f: Any, *, types: Iterable | None = None) -> Callable[[Callable], Ca
     """
 
     def register(adjoint_fn: Callable) -> Callable:
-        rules.rrule.register(f, _rrule_from_adjoint(f, adjoint_fn), types=types)
+        rules.rrule.register(f, _rrule_from_adjoint(f, adjoint_fn), types=types, plain=True)  # warned below
         if not isinstance(f, rules.Primitive):
             warnings.warn(
                 f"`adjoint({name_of(f)})`: `{name_of(f)}` is a plain function, so JAX transformations "

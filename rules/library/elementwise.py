@@ -8,6 +8,7 @@ what `python -m rules check` verifies each rule on (against finite differences a
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -15,11 +16,14 @@ import jax.numpy as jnp
 import jax.scipy.special as jsp
 import numpy as np
 
-from .._helpers import scalar_rule
+from .._helpers import scalar_rule as _scalar_rule
 from .._projection import ProjectTo
 from .._registry import frule, register_examples, rrule
 from .._thunks import unthunk
 from .._zeros import NoTangent, ZeroTangent
+
+# Keyed on the JAX functions themselves (see above): registered on plain functions knowingly.
+scalar_rule = functools.partial(_scalar_rule, plain=True)
 
 _LOG2, _LOG10, _SQRT_PI = math.log(2.0), math.log(10.0), math.sqrt(math.pi)
 
@@ -116,7 +120,7 @@ def _unit(x):
     return jnp.where(y == 0, 0, x / safe).astype(jnp.result_type(x))
 
 
-@frule.register(jnp.abs)
+@frule.register(jnp.abs, plain=True)
 def abs_frule(tangents, x):
     _, x_dot = tangents
     y = jnp.abs(x)
@@ -125,7 +129,7 @@ def abs_frule(tangents, x):
     return y, jnp.real(jnp.conj(_unit(x)) * x_dot).astype(y.dtype)
 
 
-@rrule.register(jnp.abs)
+@rrule.register(jnp.abs, plain=True)
 def abs_rrule(x):
     project_x = ProjectTo(x)
     unit = _unit(x)
@@ -140,12 +144,12 @@ register_examples(jnp.abs, _ex(_X - 0.5) + _ex(_Z))
 
 
 # ----- sign: derivative zero ----------------------------------------------------------------
-@frule.register(jnp.sign)
+@frule.register(jnp.sign, plain=True)
 def sign_frule(tangents, x):
     return jnp.sign(x), ZeroTangent()
 
 
-@rrule.register(jnp.sign)
+@rrule.register(jnp.sign, plain=True)
 def sign_rrule(x):
     def sign_pullback(y_bar):
         return NoTangent(), ZeroTangent()

@@ -7,11 +7,17 @@ compositions from differentiating through them and documents the fact.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._helpers import non_differentiable
+from .._helpers import non_differentiable as _non_differentiable
+
+# Keyed on the jax.numpy functions themselves, for `rules.rrule(jnp.argmax, x)` and
+# `rrule_via_ad`: registered on plain functions knowingly.
+non_differentiable = functools.partial(_non_differentiable, plain=True)
 
 _X = np.array([0.3, 1.55, -0.8])
 _Y = np.array([0.2, 1.6, -0.9])

@@ -9,6 +9,7 @@ shows expected against got; success returns a `RuleReport`.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import math
 import time
@@ -43,6 +44,14 @@ class RuleReport:
     max_error: float
     checks: tuple[str, ...]
     seconds: float
+
+
+# The function under test, so that messages name its parameters ("argument 1 (x)").
+_tested: contextvars.ContextVar[Any] = contextvars.ContextVar("rules_tested", default=None)
+
+
+def _arg(index: int, path: str = "") -> str | None:
+    return describe_argument(index, path, fn=_tested.get())
 
 
 def _fail(tester: str, name: str, what: str, **sections: Any) -> None:
@@ -189,7 +198,7 @@ def _check_dtypes(tester, name, t, primal, index) -> None:
         if np.shape(part) != want_shape or (got_dtype != want_dtype and not isinstance(part, (float, complex))):
             _fail(
                 tester, name, "the rule's tangent does not have its primal's shape and dtype",
-                argument=describe_argument(index, path),
+                argument=_arg(index, path),
                 expected=f"shape {want_shape}, dtype {want_dtype}",
                 got=f"shape {np.shape(part)}, dtype {got_dtype}",
                 fix="project it: `project_x = ProjectTo(x)` in the rule, `project_x(dx)` in the pullback "
@@ -246,6 +255,7 @@ def test_rrule(
     See also: `test_frule`, `test_scalar`, `with_tangent`, `test_approx`.
     """
     start = time.perf_counter()
+    _tested.set(f)
     tester, name = "test_rrule", function_name(f)
     primals, tangents = _unpack(args, seed)
     if rrule.lookup(f, primals) is None:
@@ -297,7 +307,7 @@ def test_rrule(
             expected = _fd_vjp(m, problem.raw_fn, y_bar64, args64, owner=problem.raw)
             for i, exp in zip(problem.index, expected):
                 worst = max(worst, _check_close(tester, name, "cotangent does not match finite differences",
-                                                dense[i], exp, rtol, atol, describe_argument(i)))
+                                                dense[i], exp, rtol, atol, _arg(i)))
         else:
             worst = _fast_check(tester, name, problem, m, args64, y_bar64, dense, rtol, atol)
         checks.append(f"finite differences ({use_mode})")
@@ -306,7 +316,7 @@ def test_rrule(
         again = _check_arity(tester, name, pullback(Thunk(lambda: y_bar)), len(primals))
         for i in dense:
             _check_close(tester, name, "a thunked seed gives a different cotangent",
-                         dense_like(again[1 + i], primals[i]), dense[i], 1e-12, 1e-14, describe_argument(i))
+                         dense_like(again[1 + i], primals[i]), dense[i], 1e-12, 1e-14, _arg(i))
         checks.append("thunked seed")
 
     if problem.index:
@@ -387,7 +397,7 @@ def _fast_check(tester, name, problem, m, args64, y_bar64, dense, rtol, atol) ->
                 label, lhs, rhs, err, _ = apart
                 break
         _fail(tester, name, f"cotangent does not match finite differences along {label}",
-              argument=describe_argument(i),
+              argument=_arg(i),
               expected=f"<y_bar, J x_dot> = {lhs:.12g} (finite differences)",
               got=f"<x_bar, x_dot> = {rhs:.12g} from the rule (relative error {err:.3g}; rtol={rtol:g})")
     return worst
@@ -410,11 +420,11 @@ def _check_no_tangent(tester, name, i, ct) -> None:
         return
     if isinstance(value, ZeroTangent):
         _fail(tester, name, "an argument that cannot be perturbed got ZeroTangent()",
-              argument=describe_argument(i), expected="NoTangent()", got="ZeroTangent()",
+              argument=_arg(i), expected="NoTangent()", got="ZeroTangent()",
               fix="return NoTangent(): ZeroTangent says perturbing the input changes nothing, "
               "NoTangent says it cannot be perturbed at all (ints, bools, strings, indices)")
     _fail(tester, name, "an argument that cannot be perturbed got a cotangent",
-          argument=describe_argument(i), expected="NoTangent()", got=f"{type(value).__name__}")
+          argument=_arg(i), expected="NoTangent()", got=f"{type(value).__name__}")
 
 
 def _check_inplaceable(tester, name, i, part: InplaceableThunk, path: str) -> None:
@@ -423,11 +433,11 @@ def _check_inplaceable(tester, name, i, part: InplaceableThunk, path: str) -> No
     except Exception:  # noqa: BLE001 - reported below as a failure of the thunk itself
         leaf_like = None
     if leaf_like is None:
-        _fail(tester, name, "the InplaceableThunk's val cannot be evaluated", argument=describe_argument(i, path))
+        _fail(tester, name, "the InplaceableThunk's val cannot be evaluated", argument=_arg(i, path))
     acc = jnp.asarray(rand_tangent(leaf_like, seed=7))
     added, plain = part.add_fn(acc), acc + unthunk(part.val)
     _check_close(tester, name, "InplaceableThunk: add_fn(acc) differs from acc + val",
-                 added, plain, 1e-10, 1e-12, describe_argument(i, path))
+                 added, plain, 1e-10, 1e-12, _arg(i, path))
 
 
 def _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, check_vmap, seed) -> list[str]:
@@ -444,7 +454,7 @@ def _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, 
         results[label] = out, got = fn(problem.args, y_bar_dense)
         for i, g, w in zip(problem.index, got, want):
             _check_close(tester, name, f"the lowered primitive's {label} differs from the pullback",
-                         g, w, rtol, atol, describe_argument(i))
+                         g, w, rtol, atol, _arg(i))
         done.append(label)
     if check_vmap:
         rng = np.random.default_rng(seed + 3)
@@ -498,6 +508,7 @@ def test_frule(
     See also: `test_rrule`, `test_scalar`, `with_tangent`.
     """
     start = time.perf_counter()
+    _tested.set(f)
     tester, name = "test_frule", function_name(f)
     primals, tangents = _unpack(args, seed)
     if frule.lookup(f, primals) is None:

@@ -126,7 +126,7 @@ def test_check_module_with_a_wrong_rule_exits_1_and_names_it(tmp_path):
     assert "2 passed, 1 failed: 3 examples of 2 functions checked" in out
     assert "FAIL bad_sin (f64[3]):" in out
     assert "test_rrule(bad_sin): cotangent does not match finite differences" in out
-    assert "argument: argument 0" in out
+    assert "argument: argument 1" in out
 
 
 def test_help_exits_0():

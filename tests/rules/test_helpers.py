@@ -8,6 +8,10 @@ import pytest
 import rules
 from rules import NoTangent, ZeroTangent, frule, rrule, unthunk
 
+# These tests call rules directly (`rules.rrule(f, ...)`), as ChainRules users do, on plain
+# functions: the warning that JAX would not see such rules is tested in test_hardening.py.
+pytestmark = pytest.mark.filterwarnings("ignore::rules.PlainFunctionWarning")
+
 X = jnp.array([0.5, -1.0, 2.0])
 
 

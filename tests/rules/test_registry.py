@@ -10,6 +10,10 @@ import pytest
 import rules
 from rules import NoTangent, frule, rrule
 
+# These tests call rules directly (`rules.rrule(f, ...)`), as ChainRules users do, on plain
+# functions: the warning that JAX would not see such rules is tested in test_hardening.py.
+pytestmark = pytest.mark.filterwarnings("ignore::rules.PlainFunctionWarning")
+
 
 def make_function(name="f"):
     """A fresh plain function, so registrations never leak between tests."""
