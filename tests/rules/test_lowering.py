@@ -785,13 +785,14 @@ def test_external_unknown_vmap_method_is_rejected():
 
 
 # ------------------------------------------------------------------------------------------
-# Beyond one device: 8 simulated CPU devices (set by the root conftest)
+# Beyond one device: 8 simulated CPU devices (set by the root conftest), whatever the backend
 # ------------------------------------------------------------------------------------------
 
 
 def mesh_of_8():
-    assert jax.device_count() == 8, "the root conftest must set XLA_FLAGS before jax is imported"
-    return jax.make_mesh((8,), ("x",))
+    cpus = jax.devices("cpu")  # jax.devices() may be one GPU
+    assert len(cpus) == 8, "the root conftest must set jax_num_cpu_devices before JAX starts"
+    return jax.make_mesh((8,), ("x",), devices=cpus)
 
 
 def test_rrule_is_used_under_sharded_jit():
