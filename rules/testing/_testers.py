@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
 import math
 import time
 from typing import Any, Callable
@@ -52,6 +53,22 @@ _tested: contextvars.ContextVar[Any] = contextvars.ContextVar("rules_tested", de
 
 def _arg(index: int, path: str = "") -> str | None:
     return describe_argument(index, path, fn=_tested.get())
+
+
+def _full_precision(tester: Callable) -> Callable:
+    """Run a tester with float32 matmuls at full precision.
+
+    GPUs default to TF32 products (about 1e-3 relative error), which would fail a correct
+    float32 rule against float64 finite differences; the testers check the rule's
+    mathematics, so they evaluate it as CPUs do.
+    """
+
+    @functools.wraps(tester)
+    def at_full_precision(*args: Any, **kwargs: Any) -> Any:
+        with jax.default_matmul_precision("highest"):
+            return tester(*args, **kwargs)
+
+    return at_full_precision
 
 
 def _fail(tester: str, name: str, what: str, **sections: Any) -> None:
@@ -207,6 +224,7 @@ def _check_dtypes(tester, name, t, primal, index) -> None:
 
 
 # ----- test_rrule -----------------------------------------------------------------------------
+@_full_precision
 def test_rrule(
     f: Callable,
     *args: Any,
@@ -472,6 +490,7 @@ def _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, 
 
 
 # ----- test_frule -----------------------------------------------------------------------------
+@_full_precision
 def test_frule(
     f: Callable,
     *args: Any,
