@@ -1,6 +1,8 @@
 """Params and Grads: implicit parameters held by mutable Python objects."""
 
 import dataclasses
+import threading
+import time
 from typing import NamedTuple
 
 import jax
@@ -168,10 +170,97 @@ def test_withgradient_and_pullback_with_params():
 
 
 def test_params_errors():
-    with pytest.raises(GradientError, match="explicitly"):
-        Params(jnp.ones(2))
+    with pytest.raises(GradientError, match="(?s)no place.*explicitly"):
+        Params(jnp.ones(2))  # held by nothing the loss could read
     m = make_model()
     with pytest.raises(GradientError, match="explicit"):
         zygote_jax.jacobian(lambda: m.w, Params(m))
     with pytest.raises(GradientError, match="only argument"):
         gradient(lambda x: loss(m) * x, Params(m), 2.0)
+
+
+# ----- arrays given directly: `Params([m.w, m.b])` ------------------------------------------
+GLOBAL_W = jnp.array([1.0, -1.0])
+
+
+def test_arrays_given_directly_are_found_where_the_loss_reads_them():
+    m = make_model()
+    ps = Params([m.w, m.inner.scale])
+    assert len(ps) == 2
+    gs = gradient(lambda: loss(m), ps)
+    close(gs[m.w], [6.0, 6.0])  # not zeros: the tracer is swapped into m.w, where loss reads it
+    close(gs[m.inner.scale], 9.0)
+    assert m.layers[1].u not in gs
+    before = (m.w, m.inner.scale)
+    ps.update(gs, lambda p, g: p - 0.1 * g)
+    close(m.w, [0.4, 1.4])
+    assert m.w is not before[0] and m.inner.scale is not before[1]
+    close(gradient(lambda: loss(m), ps)[m.w], 3.0 * 1.1 * np.ones(2))
+
+
+def test_arrays_given_directly_in_closures_globals_and_as_roots():
+    w = jnp.array([1.0, 2.0])
+    gs = gradient(lambda: jnp.sum(w**2), Params(w))  # a closure variable
+    close(gs[w], [2.0, 4.0])
+    gs = gradient(lambda: jnp.sum(GLOBAL_W**3), Params([GLOBAL_W]))  # a module global
+    close(gs[GLOBAL_W], [3.0, 3.0])
+    assert isinstance(GLOBAL_W, jax.Array) and not isinstance(GLOBAL_W, jax.core.Tracer)
+    ws = [jnp.array(3.0)]  # a list the loss reads from still works
+    close(gradient(lambda: ws[0] ** 2, Params(ws))[ws[0]], 6.0)
+
+
+def test_arrays_given_directly_in_class_attributes_slots_and_after_jit():
+    class Config:
+        w = jnp.array([1.0, 2.0])
+
+    class Slotted:
+        __slots__ = ("w",)
+
+    s = Slotted()
+    s.w = jnp.array(3.0)
+    jax.jit(lambda: s.w * 2)()  # JAX keeps s.w among a jaxpr's constants: not a place to swap in
+    gs = gradient(lambda: jnp.sum(Config.w**2) * s.w, Params([Config.w, s.w]))
+    close(gs[Config.w], [6.0, 12.0])
+    close(gs[s.w], 5.0)
+    assert not isinstance(Config.w, jax.core.Tracer) and not isinstance(s.w, jax.core.Tracer)
+
+
+def test_array_given_directly_but_held_by_a_tuple_is_an_error():
+    m = Box()
+    m.pair = (jnp.array(2.0), jnp.array(3.0))
+    with pytest.raises(GradientError, match="(?s)tuple.*Params\\(model\\)"):
+        Params([m.pair[0]])
+    gs = gradient(lambda: m.pair[0] * m.pair[1], Params(m))  # the object that holds it works
+    assert float(gs[m.pair[0]]) == 3.0
+
+
+# ----- threads ----------------------------------------------------------------------------------
+def test_concurrent_gradients_over_the_same_params_are_serialised():
+    m = make_model()
+    ps = Params(m)
+    w = m.w  # read before the threads start: readers outside `gradient` may see tracers
+    expected = gradient(lambda: loss(m), ps)[w]
+
+    def slow_loss():
+        value = loss(m)
+        time.sleep(0.02)  # the other thread runs while tracers are in the model
+        return value
+
+    results, errors = [], []
+
+    def work():
+        try:
+            for _ in range(3):
+                results.append(gradient(slow_loss, ps)[w])
+        except Exception as err:  # noqa: BLE001 -- reported by the assertion below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(results) == 6
+    for g in results:
+        close(g, expected)
+    assert not isinstance(m.w, jax.core.Tracer)
