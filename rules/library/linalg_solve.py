@@ -119,13 +119,15 @@ def cholesky_rrule(A):
 
 
 # ----- cho_solve ----------------------------------------------------------------------------
-@primitive(examples=[(_L3, _V3), (_L3.T.astype(np.float32), _B3.astype(np.float32), False)])
+@primitive(examples=[(_L3 + np.triu(_M3, 1), _V3), (_L3.T.astype(np.float32), _B3.astype(np.float32), False)])
 def cho_solve(c: jax.Array, b: jax.Array, lower: bool = True) -> jax.Array:
     """x = A^{-1} b for A = c c^H (lower) or c^H c (upper), given the Cholesky factor c.
 
     Why a rule: differentiable in the factor c as well as in b, by one more solve with the
-    same factor: b_bar = A^{-1} x_bar, c_bar = -tril((b_bar x^H + x b_bar^H) c) (upper:
-    triu of c (...)). Only c's triangle is read, so its cotangent is triangular.
+    same factor: b_bar = A^{-1} x_bar, c_bar = -tril((b_bar x^H + x b_bar^H) tril(c))
+    (upper: -triu(triu(c) (...))). Only c's triangle is read, so its cotangent is
+    triangular and independent of the other triangle, which may hold anything (as
+    `scipy.linalg.cho_factor` leaves it): second derivatives are those of the triangle.
 
     Args:
       c: an (n, n) triangular Cholesky factor, e.g. `cholesky(A)`.
@@ -150,15 +152,17 @@ def cho_solve(c: jax.Array, b: jax.Array, lower: bool = True) -> jax.Array:
 def cho_solve_rrule(c, b, *options, lower=True):
     (lower,) = options or (lower,)
     project_c, project_b = ProjectTo(c), ProjectTo(b)
+    part = jnp.tril if lower else jnp.triu
     x = jsl.cho_solve((c, lower), b)
 
     def cho_solve_pullback(x_bar):
         b_bar = jsl.cho_solve((c, lower), unthunk(x_bar))
 
-        def c_bar():
+        def c_bar():  # only c's triangle is read: the other one holds anything (e.g. A's entries)
             S = _outer(b_bar, x)
             S = -(S + _H(S))
-            return project_c(jnp.tril(S @ c) if lower else jnp.triu(c @ S))
+            t = part(c)
+            return project_c(part(S @ t if lower else t @ S))
 
         return (NoTangent(), thunk(c_bar), project_b(b_bar)) + _nots(len(options))
 

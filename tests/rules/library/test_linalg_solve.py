@@ -2,6 +2,7 @@
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
 
@@ -61,3 +62,40 @@ def test_triangular_solve_cotangent_lives_on_the_triangle_it_reads():
     upper = jax.grad(lambda a: jnp.sum(ls.triangular_solve(a, b, lower=False)))(a)
     np.testing.assert_array_equal(lower, np.tril(lower))
     np.testing.assert_array_equal(upper, np.triu(upper))
+
+
+# ----- only the triangle that is read: to every order -------------------------------------------
+def _solve_with_a_triangle(name, c, b, lower):
+    """Plain JAX (no rule) on the triangle that `name` reads, through two/one triangular solves."""
+    t = jnp.tril(c) if lower else jnp.triu(c)
+    if name == "triangular_solve":
+        return jsl.solve_triangular(t, b, lower=lower)
+    first = jsl.solve_triangular(t, b, lower=lower, trans=0 if lower else "C")  # A = L L^H or U^H U
+    return jsl.solve_triangular(t, first, lower=lower, trans="C" if lower else 0)
+
+
+@pytest.mark.parametrize("name", ["cho_solve", "triangular_solve"])
+@pytest.mark.parametrize("lower, b", [(True, ls._V3), (False, ls._B3)], ids=["lower-vector", "upper-matrix"])
+def test_solves_with_a_triangle_ignore_the_other_one_in_first_and_second_derivatives(name, lower, b):
+    # the unread triangle holds garbage (as scipy's cho_factor leaves it): the cotangent of c
+    # must vanish there and not depend on it, and so must the hessian through the pullback
+    part, other = (np.tril, np.triu) if lower else (np.triu, np.tril)
+    clean = part(ls._L3 if lower else ls._L3.T)
+    garbage = clean + other(np.array([[0.0, 0.7, -1.3], [2.1, 0.0, 0.4], [-0.6, 1.8, 0.0]]))
+    f = getattr(ls, name)
+
+    def loss(solve):
+        def value(c, b):
+            x = solve(c, b)
+            return jnp.sum(x**2) + jnp.sum(jnp.sin(3 * x))
+
+        return value
+
+    ours, plain = loss(lambda c, b: f(c, b, lower)), loss(lambda c, b: _solve_with_a_triangle(name, c, b, lower))
+    g_clean, g = jax.grad(ours)(clean, b), jax.grad(ours)(garbage, b)
+    np.testing.assert_array_equal(g, part(g))
+    np.testing.assert_allclose(g, g_clean, rtol=1e-13, atol=1e-15)
+    expected = jax.hessian(plain, argnums=(0, 1))(garbage, b)
+    for c in (clean, garbage):
+        for got, want in zip(jax.tree.leaves(jax.hessian(ours, argnums=(0, 1))(c, b)), jax.tree.leaves(expected)):
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
