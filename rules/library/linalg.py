@@ -234,12 +234,30 @@ def _exclusive_prod(s: jax.Array) -> jax.Array:
     return before * after
 
 
+def _unitary(q: jax.Array) -> jax.Array:
+    """q made exactly unitary, column by column: a column orthonormal to the ones before it is
+    kept (to rounding), any other (zero, garbage) is replaced by a completing unit vector.
+
+    A Householder QR does it on every backend: its Q is unitary whatever q holds.
+    """
+    Q, R = jnp.linalg.qr(q)
+    d = jnp.diagonal(R, axis1=-2, axis2=-1)
+    return Q * jnp.where(d == 0, 1, _unit(d))[..., None, :]
+
+
 def _adjugate(A: jax.Array) -> jax.Array:
-    """adj(A) = det(A) A^{-1}, from an SVD, so also for singular A."""
+    """adj(A) = det(A) A^{-1} = det(U V^H) V diag(prod_{j != i} s_j) U^H, from A = U S V^H.
+
+    Exact at singular A too, whatever the backend's SVD returns as singular vectors of zero
+    singular values (a one-sided Jacobi SVD, as on GPUs, returns U's as zero vectors): at
+    rank n-1 the adjugate is made of exactly those vectors, so U and V are completed to
+    unitary matrices first (`_unitary`); any completion gives the same adjugate.
+    """
     u, s, vh = jnp.linalg.svd(A)
-    phase = jnp.linalg.det(u) * jnp.linalg.det(vh)  # unitary factors: |det| = 1
+    u, v = _unitary(u), _unitary(_H(vh))
+    phase = jnp.linalg.det(u) * jnp.conj(jnp.linalg.det(v))  # unitary factors: |det| = 1
     p = _exclusive_prod(s).astype(A.dtype)
-    return phase[..., None, None] * (_H(vh) * p[..., None, :]) @ _H(u)
+    return phase[..., None, None] * (v * p[..., None, :]) @ _H(u)
 
 
 @primitive(examples=[(_M3.astype(np.float32),), (_M3Z,)])
@@ -248,8 +266,10 @@ def det(A: jax.Array) -> jax.Array:
 
     Why a rule: d det(A) = tr(adj(A) dA), and the adjugate is computed from an SVD with
     products of all-but-one singular values, never as det(A) * inv(A), so the gradient is
-    exact at singular matrices (rank n-1: a rank-one adjugate; lower rank: 0). JAX's own
-    det rule also handles rank n-1 (by a cofactor solve); this one agrees with it there.
+    exact at singular matrices (rank n-1: a rank-one adjugate; lower rank: 0) on every
+    backend: nothing depends on exact zeros (pivots, singular values) or on the singular
+    vectors the backend returns for zero singular values. JAX's own det rule also handles
+    rank n-1 (by a cofactor solve); this one agrees with it there.
 
     Args:
       A: an array (..., n, n), real or complex.

@@ -69,6 +69,44 @@ def test_det_gradient_is_the_adjugate_at_singular_matrices(A):
     np.testing.assert_allclose(jax.grad(jnp.linalg.det)(A), expected, atol=1e-12)
 
 
+def _svd_as_one_sided_jacobi(svd, nullspace):
+    """`jnp.linalg.svd` as a GPU's one-sided Jacobi SVD returns it: U's columns for zero singular
+    values are (A V)_i / s_i, i.e. zero vectors (or, at the noise floor, garbage)."""
+
+    def jacobi_svd(A, *args, **kwargs):
+        u, s, vh = svd(A, *args, **kwargs)
+        null = (s <= 1e-12 * s[..., :1])[..., None, :]
+        fill = jnp.zeros_like(u) if nullspace == "zero" else 0.5 * u[..., :, :1] + 0.1  # not orthogonal
+        return jnp.where(null, fill, u), s, vh
+
+    return jacobi_svd
+
+
+@pytest.mark.parametrize("nullspace", ["zero", "garbage"])
+@pytest.mark.parametrize("A", [
+    np.array([[1.0, 2.0], [2.0, 4.0]]),  # rank 1 of 2: the adjugate [[4, -2], [-2, 1]]
+    np.array([[2.0, 1.0, 0.0], [1.0, 1.0, 1.0], [3.0, 2.0, 1.0]]),  # rank 2: cofactors -1, 2, -2
+    np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 2.0]]),  # rank 2, zero pivot inside
+    np.outer([1.0, 2.0, -1.0], [0.5, 1.0, 3.0]),  # rank 1 of 3: adjugate 0
+])
+def test_det_gradient_is_the_adjugate_whatever_the_svd_returns_for_zero_singular_values(monkeypatch, A, nullspace):
+    # on a GPU (one-sided Jacobi SVD) U's null vector came back as 0 and det's gradient was 0
+    monkeypatch.setattr(jnp.linalg, "svd", _svd_as_one_sided_jacobi(jnp.linalg.svd, nullspace))
+    expected = _cofactor_adjugate(A).T
+    np.testing.assert_allclose(jax.grad(la.det)(A), expected, atol=1e-12)
+    np.testing.assert_allclose(jax.jit(jax.grad(la.det))(A), expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("A", [
+    np.array([[1.0, 2.0], [2.0, 4.0 + 1e-9]]),
+    np.array([[2.0, 1.0, 0.0], [1.0, 1.0, 1.0], [3.0, 2.0, 1.0 + 1e-7]]),
+    np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0 - 1e-8], [1.0, 0.0, 1.0]]) + 0.3j * np.eye(3)[::-1],
+])
+def test_det_gradient_is_the_adjugate_near_singular_matrices(A):
+    (got,) = jax.vjp(la.det, A)[1](jnp.ones((), A.dtype))  # JAX's convention: adj(A)^T, unconjugated
+    np.testing.assert_allclose(got, _cofactor_adjugate(A).T, rtol=1e-7, atol=1e-12)
+
+
 def test_slogdet_factorises_once_where_jax_factorises_twice(count_equations):
     A = jnp.asarray(la._M3)
     plain = jax.make_jaxpr(jax.grad(lambda A: jnp.linalg.slogdet(A)[1]))(A)
