@@ -16,6 +16,15 @@ Conventions:
   off-diagonal entries inside a degenerate eigenspace, e.g. trace(V diag(g(w)) V^H). A
   smooth function of the matrix, V diag(f(w)) V^H, has a nonzero limit there (f'(w));
   `sym_matrix_function` computes it (Daleckii-Krein), so use it for matrix functions.
+* Phase convention. Eigenvectors and singular vector pairs are only determined up to a
+  sign (a phase), and backends (LAPACK, cuSOLVER's Jacobi, batched or not) choose it
+  differently. `eigh` and `svd` fix it: each eigenvector v_i, and each pair (u_i, v_i)
+  through v_i, is turned so that its pivot entry is real and positive, the pivot being the
+  first entry within a relative sqrt(eps) of the largest magnitude (so exact ties, as in
+  (1, -1) / sqrt(2), resolve alike whatever the rounding). The outputs are then functions
+  of A, smooth where the pivot is unambiguous and the values are distinct (and nonzero:
+  svd), and the rules return their derivative: the usual gauge-free formula plus, for
+  complex arguments, the convention's phase term (`_with_phase_term`).
 * Complex arguments use ChainRules' convention (x_bar = dl/dRe x + i dl/dIm x).
 """
 
@@ -66,44 +75,88 @@ def _sandwich(V: jax.Array, inner: jax.Array, W: jax.Array | None = None) -> jax
     return V @ inner.astype(V.dtype) @ _H(V if W is None else W)
 
 
+# ----- the phase convention (module docstring) -------------------------------------------------
+def _fix_phases(v: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(v d, d, k): the columns of v times unit factors d (1, n) that make entry k_i of column i,
+    its pivot, real and positive; the pivot is the first entry within a relative sqrt(eps) of
+    the column's largest magnitude."""
+    mag = jnp.abs(v)
+    near_top = mag >= (1 - np.sqrt(np.finfo(mag.dtype).eps)) * jnp.max(mag, axis=-2, keepdims=True)
+    k = jnp.argmax(near_top, axis=-2)
+    pivot = jnp.take_along_axis(v, k[..., None, :], axis=-2)
+    zero = pivot == 0
+    d = jnp.where(zero, 1, jnp.conj(pivot) / jnp.where(zero, 1, jnp.abs(pivot)))
+    return v * d, d, k
+
+
+def _with_phase_term(v: jax.Array, k: jax.Array, v_bar, *pairs) -> jax.Array:
+    """v_bar plus the cotangent the phase convention adds, for complex v (else v_bar).
+
+    A tangent that turns vector pair i by a phase i theta_i changes the loss by theta_i g_i,
+    g_i = Im(x_i^H x_bar_i) summed over the pair's vectors x (v and those in `pairs`, given as
+    (x, x_bar)). The convention (pivot v[k_i, i] stays real) turns the gauge-free tangent dV0
+    by theta_i = -Im(dV0[k_i, i]) / v[k_i, i]: the cotangent W[k_i, i] = -i g_i / v[k_i, i].
+    """
+    if not jnp.iscomplexobj(v):
+        return v_bar
+    terms = [(x, x_bar) for x, x_bar in ((v, v_bar), *pairs) if not _is_zero(x_bar)]
+    if not terms:
+        return v_bar
+    g = sum(jnp.imag(jnp.sum(jnp.conj(x) * x_bar, axis=-2, keepdims=True)) for x, x_bar in terms)
+    pivot = jnp.real(jnp.take_along_axis(v, k[..., None, :], axis=-2))
+    W = jax.nn.one_hot(k, v.shape[-2], dtype=v.dtype, axis=-2) * (-1j * g / pivot)
+    return W if _is_zero(v_bar) else v_bar + W
+
+
 # ----- eigh ---------------------------------------------------------------------------------
-@primitive(examples=[(_S3,), (_S3.astype(np.float32),)])
+@primitive(examples=[(_S3,), (_S3.astype(np.float32),), (_S3Z,)])
 def eigh(A: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Eigenvalues (ascending) and eigenvectors of the Hermitian part of A.
 
-    Why a rule: JAX's eigh pullback divides by eigenvalue gaps and is NaN at repeated
-    eigenvalues (and inaccurate at nearly repeated ones) even for losses that ignore the
-    choice of eigenvectors (e.g. trace(V diag(g(w)) V^H)); here degenerate pairs are
-    dropped (module docstring), the 1/(w_j - w_i) terms are skipped entirely when the
-    eigenvectors get no cotangent, and the cotangent is Hermitian (the function reads
-    (A + A^H) / 2). For smooth matrix functions use `sym_matrix_function` instead.
+    Why a rule: the eigenvectors' phases follow one convention on every backend and the
+    rule is the derivative of that function (module docstring). JAX's eigh pullback
+    divides by eigenvalue gaps and is NaN at repeated eigenvalues (and inaccurate at
+    nearly repeated ones) even for losses that ignore the choice of eigenvectors (e.g.
+    trace(V diag(g(w)) V^H)); here degenerate pairs are dropped (module docstring), the
+    1/(w_j - w_i) terms are skipped entirely when the eigenvectors get no cotangent, and
+    the cotangent is Hermitian (the function reads (A + A^H) / 2). For smooth matrix
+    functions use `sym_matrix_function` instead.
 
     Args:
       A: an array (..., n, n); only its Hermitian part is used.
 
     Returns:
       (w, v): real eigenvalues (..., n) in ascending order, eigenvectors in the columns of
-      v (..., n, n), each determined up to a sign (phase).
+      v (..., n, n), each with its pivot entry (the first of largest magnitude, to a
+      relative sqrt(eps)) real and positive, whatever the backend (module docstring).
 
     >>> import jax.numpy as jnp
     >>> from rules.library.linalg_spectral import eigh
     >>> w, v = eigh(jnp.array([[2.0, 1.0], [1.0, 2.0]]))
-    >>> w.round(6).tolist()
-    [1.0, 3.0]
+    >>> w.round(6).tolist(), v.round(6).tolist()
+    ([1.0, 3.0], [[0.707107, 0.707107], [-0.707107, 0.707107]])
 
     See also: `eigvalsh`, `sym_matrix_function`, `svd`.
     """
-    w, v = jnp.linalg.eigh(_herm(A), symmetrize_input=False)
+    w, v, _ = _eigh(A)
     return w, v
+
+
+def _eigh(A: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(w, v, pivots): eigh of A's Hermitian part, v in the phase convention."""
+    w, v = jnp.linalg.eigh(_herm(A), symmetrize_input=False)
+    v, _, k = _fix_phases(v)
+    return w, v, k
 
 
 @eigh.rrule
 def eigh_rrule(A):
     project_A = ProjectTo(A)
-    w, v = jnp.linalg.eigh(_herm(A), symmetrize_input=False)
+    w, v, k = _eigh(A)
 
     def eigh_pullback(y_bar):
         w_bar, v_bar = unthunk(y_bar)
+        v_bar = _with_phase_term(v, k, v_bar)
         inner = jnp.zeros(v.shape, v.dtype)
         if not _is_zero(w_bar):
             inner = inner + _diag(w_bar)
@@ -174,43 +227,55 @@ def _svd_cotangent(u, s, v, u_bar, s_bar, v_bar):
     return _sandwich(u, inner, v) + out
 
 
-@primitive(examples=[(_M43,), (_M43.T.astype(np.float32),)])
+@primitive(examples=[(_M43,), (_M43.T.astype(np.float32),), (_M3Z[:2],)])
 def svd(A: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The thin singular value decomposition A = u diag(s) vt (full_matrices=False).
 
-    Why a rule: JAX's svd pullback divides by s_j^2 - s_i^2 and is NaN at repeated
-    singular values; here degenerate pairs and (near-)zero singular values in the 1/s
-    terms are dropped (module docstring), so the cotangent is finite, and exact for the
-    losses described there (functions of s alone, or e.g. trace(u diag(g(s)) u^H)).
+    Why a rule: the singular vectors' phases follow one convention on every backend and
+    the rule is the derivative of that function, also for complex A and losses that see
+    the phases (module docstring). JAX's svd pullback divides by s_j^2 - s_i^2 and is NaN
+    at repeated singular values; here degenerate pairs and (near-)zero singular values in
+    the 1/s terms are dropped (module docstring), so the cotangent is finite, and exact
+    for the losses described there (functions of s alone, or e.g. trace(u diag(g(s)) u^H)).
 
     Args:
       A: an array (..., m, n), real or complex.
 
     Returns:
       (u, s, vt): u (..., m, k), s (..., k) descending, vt (..., k, n), k = min(m, n);
-      singular vector pairs are determined up to a common sign (phase).
+      each pair (u_i, v_i = vt_i^H) turned so that v_i's pivot entry (the first of largest
+      magnitude, to a relative sqrt(eps)) is real and positive, whatever the backend
+      (module docstring).
 
     >>> import jax.numpy as jnp
     >>> from rules.library.linalg_spectral import svd
     >>> u, s, vt = svd(jnp.array([[3.0, 0.0], [0.0, -2.0]]))
-    >>> s.round(6).tolist()
-    [3.0, 2.0]
+    >>> s.round(6).tolist(), u.round(6).tolist(), vt.round(6).tolist()
+    ([3.0, 2.0], [[1.0, 0.0], [0.0, -1.0]], [[1.0, 0.0], [0.0, 1.0]])
 
     See also: `svdvals`, `eigh`, `rules.library.linalg.pinv`.
     """
-    u, s, vt = jnp.linalg.svd(A, full_matrices=False)
+    u, s, vt, _ = _svd(A)
     return u, s, vt
+
+
+def _svd(A: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """(u, s, vt, pivots): the thin svd of A in the phase convention (set by v = vt^H)."""
+    u, s, vt = jnp.linalg.svd(A, full_matrices=False)
+    v, d, k = _fix_phases(_H(vt))
+    return u * d, s, _H(v), k
 
 
 @svd.rrule
 def svd_rrule(A):
     project_A = ProjectTo(A)
-    u, s, vt = jnp.linalg.svd(A, full_matrices=False)
+    u, s, vt, k = _svd(A)
+    v = _H(vt)
 
     def svd_pullback(y_bar):
         u_bar, s_bar, vt_bar = unthunk(y_bar)
-        v_bar = vt_bar if _is_zero(vt_bar) else _H(vt_bar)
-        return NoTangent(), project_A(_svd_cotangent(u, s, _H(vt), u_bar, s_bar, v_bar))
+        v_bar = _with_phase_term(v, k, vt_bar if _is_zero(vt_bar) else _H(vt_bar), (u, u_bar))
+        return NoTangent(), project_A(_svd_cotangent(u, s, v, u_bar, s_bar, v_bar))
 
     return (u, s, vt), svd_pullback
 

@@ -9,6 +9,7 @@ import pytest
 from rules._check import _check_one
 from rules._registry import examples_of, function_name, functions_with_examples
 from rules.library import linalg_spectral as sp
+from rules.testing import test_rrule
 
 CASES = [
     pytest.param(f, ex, id=f"{function_name(f)}-{k}")
@@ -144,3 +145,79 @@ def test_complex_eigh_and_svd_agree_with_jax_on_gauge_invariant_losses():
     thin = lambda A: jnp.linalg.svd(A, full_matrices=False)  # noqa: E731
     for A in (M, M.T):  # tall and wide: the (I - U U^H) terms
         np.testing.assert_allclose(jax.grad(svd_loss(sp.svd))(A), jax.grad(svd_loss(thin))(A), atol=1e-12)
+
+
+# ----- one function on every backend: the phase convention --------------------------------------
+TIE = jnp.array([[2.0, 1.0], [1.0, 2.0]])  # vectors (1, +-1) / sqrt(2): the largest entries tie
+
+
+def _pivot_entries(v):
+    """Each column's first entry within a relative sqrt(eps) of its largest magnitude (NumPy)."""
+    mag = np.abs(v)
+    k = np.argmax(mag >= (1 - np.sqrt(np.finfo(mag.dtype).eps)) * mag.max(axis=0), axis=0)
+    return v[k, np.arange(v.shape[1])]
+
+
+@pytest.mark.parametrize("A", [sp._M43, sp._M43.T.astype(np.float32), sp._M3Z, sp._M3Z[:2], TIE],
+                         ids=["tall", "wide-f32", "complex", "complex-wide", "tie"])
+def test_svd_and_eigh_vectors_have_a_real_positive_pivot_entry(A):
+    u, s, vt = sp.svd(A)
+    np.testing.assert_allclose((u * s[None, :]) @ vt, A, rtol=1e-5, atol=1e-5)
+    n = min(A.shape)
+    H = np.asarray(A)[:n, :n]
+    for v in (np.asarray(vt).conj().T, np.asarray(sp.eigh(H)[1])):
+        pivots = _pivot_entries(v)
+        assert (pivots.real > 0).all()
+        np.testing.assert_allclose(pivots.imag, 0, atol=1e-6 if v.dtype == np.complex64 else 1e-15)
+
+
+def _as_another_backend(decomposition, name):
+    """`jnp.linalg.svd` / `jnp.linalg.eigh` as another backend returns them: other signs (phases)
+    for the vectors (pairs) and other rounding (a few ulps) of their entries."""
+
+    def other(A, *args, **kwargs):
+        out = decomposition(A, *args, **kwargs)
+        if not kwargs.get("compute_uv", True):
+            return out
+        vecs = out[2].conj().swapaxes(-1, -2) if name == "svd" else out[1]  # v = vt^H, or v
+        m, n = vecs.shape[-2:]
+        turn = np.exp(1j * np.array([[2.0, -0.7, 3.1]])) if jnp.iscomplexobj(vecs) else np.array([[-1.0, 1.0, -1.0]])
+        turn = turn[:, :n]
+        ulps = 1 + 4 * np.finfo(vecs.dtype).eps * np.linspace(-1.0, 1.0, m)[:, None]  # ties go to the end
+        vecs = (vecs * ulps * turn).astype(vecs.dtype)
+        if name == "svd":
+            return (out[0] * turn).astype(out[0].dtype), out[1], vecs.conj().swapaxes(-1, -2)
+        return out[0], vecs
+
+    return other
+
+
+def _phase_dependent_loss(name, A):
+    """A loss that sees every vector's sign (phase): so do its gradient and its value."""
+    rng = np.random.default_rng(3)
+    out = getattr(sp, name)(A)
+    seeds = [rng.normal(size=np.shape(y)) + 1j * rng.normal(size=np.shape(y)) for y in out]
+    return lambda A: sum(jnp.sum(jnp.real(g * y)) for g, y in zip(seeds, getattr(sp, name)(A)))
+
+
+@pytest.mark.parametrize("name, A", [
+    ("svd", sp._M43), ("svd", sp._M3Z[:2]), ("svd", TIE), ("eigh", sp._S3), ("eigh", sp._S3Z), ("eigh", TIE),
+], ids=["svd-tall", "svd-complex-wide", "svd-tie", "eigh", "eigh-complex", "eigh-tie"])
+def test_svd_and_eigh_are_the_same_function_whatever_signs_the_backend_chooses(monkeypatch, name, A):
+    # backends choose other signs (LAPACK, cuSOLVER's Jacobi, batched or not): svd failed test_rrule on a GPU
+    loss = _phase_dependent_loss(name, A)
+    expected_y, expected_g = getattr(sp, name)(A), jax.grad(loss)(A)
+    monkeypatch.setattr(jnp.linalg, name, _as_another_backend(getattr(jnp.linalg, name), name))
+    for y, want in zip(getattr(sp, name)(A), expected_y):
+        np.testing.assert_allclose(y, want, rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(jax.grad(loss)(A), expected_g, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(jax.jit(jax.grad(loss))(A), expected_g, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("name, A", [
+    ("svd", sp._M43[:3]),
+    ("svd", (sp._M43 + 0.5j * sp._M43[::-1]).astype(np.complex64)),
+    ("eigh", sp._M3Z.astype(np.complex64)),
+], ids=["svd-square", "svd-tall-complex64", "eigh-complex64"])
+def test_svd_and_eigh_pass_the_testers_beyond_their_examples(name, A):
+    assert test_rrule(getattr(sp, name), A).max_error < 1e-5
