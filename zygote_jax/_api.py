@@ -134,8 +134,12 @@ def pullback(f: Callable, *args: Any) -> tuple[Any, Callable[[Any], Any]]:
     return y, back
 
 
-def _vjp(fn: Callable, primals: list) -> tuple[Any, Callable]:
-    """`jax.vjp` of `fn`, whose output may also hold strings or objects (passed through)."""
+def _vjp(fn: Callable, primals: list, unused: list | None = None) -> tuple[Any, Callable]:
+    """`jax.vjp` of `fn`, whose output may also hold strings or objects (passed through).
+
+    With a list `unused`, `fn` is traced once into a jaxpr and the positions of the primals
+    that the program never reads are appended to it.
+    """
     box: dict = {}
 
     def jax_values_of_fn(*p):
@@ -145,7 +149,12 @@ def _vjp(fn: Callable, primals: list) -> tuple[Any, Callable]:
         return [leaf for leaf, m in zip(leaves, mask) if m]
 
     with deriving():
-        values, vjp_fn = jax.vjp(jax_values_of_fn, *primals)
+        if unused is not None:
+            closed = jax.make_jaxpr(jax_values_of_fn)(*primals)
+            unused.extend(_unread_inputs(closed.jaxpr))
+            values, vjp_fn = jax.vjp(lambda *p: jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *p), *primals)
+        else:
+            values, vjp_fn = jax.vjp(jax_values_of_fn, *primals)
     tree, mask, it = box["tree"], box["mask"], iter(values)
     y = tree.unflatten([jnp.asarray(next(it)) if m else leaf for leaf, m in zip(box["leaves"], mask)])
 
@@ -155,18 +164,45 @@ def _vjp(fn: Callable, primals: list) -> tuple[Any, Callable]:
     return y, vjp_of_seed
 
 
+def _unread_inputs(jaxpr: Any) -> list[int]:
+    """The positions of a jaxpr's inputs that no equation and no output reads."""
+    read = {id(v) for eqn in jaxpr.eqns for v in eqn.invars if not hasattr(v, "val")}  # literals have .val
+    read |= {id(v) for v in jaxpr.outvars if not hasattr(v, "val")}
+    return [i for i, v in enumerate(jaxpr.invars) if id(v) not in read]
+
+
 def _implicit_pullback(f: Callable, ps: Params) -> tuple[Any, Callable]:
-    """`pullback(f, ps)`: `f()` differentiated with respect to the arrays of `ps`."""
+    """`pullback(f, ps)`: `f()` differentiated with respect to the arrays of `ps`.
+
+    A parameter the function never reads gets `None`, as in Zygote; a function that reads
+    none of them is an error (it read copies, which would give zero gradients silently).
+    """
     originals = list(ps)
 
     def f_of_params(*values):
         with ps.substituted(list(values)):
             return f()
 
-    y, vjp_fn = _vjp(f_of_params, originals)
+    unused: list[int] = []
+    y, vjp_fn = _vjp(f_of_params, originals, unused)
+    if originals and len(unused) == len(originals):
+        raise GradientError(
+            message(
+                f"`gradient({name_of(f)}, Params)`: the function read none of the {len(originals)} "
+                "parameters, so every gradient would be zero",
+                expected="a function that reads the parameters from the objects Params searched, when it runs",
+                got="a result that depends on none of them: it read copies (e.g. a function jitted "
+                "earlier that closed over the arrays keeps its own copy; arrays inside containers "
+                "Params did not search)",
+                fix="pass the model to the jitted function as an argument, or use the explicit form "
+                "`gradient(loss, params, ...)`; `Params(model)` searches the model's attributes, "
+                "lists and dicts",
+            )
+        )
 
     def back(y_bar: Any) -> Grads:
-        return Grads(originals, [to_zygote(g) for g in vjp_fn(_seed(y, y_bar, f))])
+        grads = [to_zygote(g) for g in vjp_fn(_seed(y, y_bar, f))]
+        return Grads(originals, [None if i in unused else g for i, g in enumerate(grads)])
 
     back.__name__ = back.__qualname__ = f"{name_of(f)}_pullback"
     return y, back

@@ -416,8 +416,10 @@ class Grads:
     """Gradients of implicit parameters, indexed by the parameter arrays themselves.
 
     `gs[p]` is the gradient of the array `p`, looked up by identity (a flax nnx Variable
-    stands for the array it holds); `keys()` are the parameters, `values()` the gradients,
-    `items()` pairs; iteration goes over the keys.
+    stands for the array it holds), or None when the function did not read `p` (Zygote's
+    `nothing`; a function that reads none of its parameters is an error, as it can only have
+    read copies); `keys()` are the parameters, `values()` the gradients, `items()` pairs;
+    iteration goes over the keys.
 
     >>> import jax.numpy as jnp, zygote_jax
     >>> model = {"w": jnp.array([1.0, 2.0])}

@@ -264,3 +264,30 @@ def test_concurrent_gradients_over_the_same_params_are_serialised():
     for g in results:
         close(g, expected)
     assert not isinstance(m.w, jax.core.Tracer)
+
+
+def test_a_loss_that_reads_only_copies_of_the_parameters_is_an_error():
+    # a function jitted before keeps its own copy of the arrays it closed over: the loss
+    # would depend on no parameter, and every gradient would be zero, silently
+    class Model:
+        pass
+
+    m = Model()
+    m.w, m.b = jnp.array([1.0, 2.0]), jnp.array(0.5)
+    cached = jax.jit(lambda: jnp.sum(3 * m.w) + m.b)
+    cached()
+    with pytest.raises(zygote_jax.GradientError, match="read none of the 2 parameters"):
+        zygote_jax.gradient(lambda: cached(), zygote_jax.Params(m))
+    with pytest.raises(zygote_jax.GradientError, match="read none of the 1 parameters"):
+        zygote_jax.gradient(lambda: jnp.sum(3 * m.w), zygote_jax.Params([[m.w]]))  # a list in a list
+
+
+def test_a_parameter_the_loss_does_not_read_gets_none_as_in_zygote():
+    class Model:
+        pass
+
+    m = Model()
+    m.w, m.b = jnp.array([1.0, 2.0]), jnp.array(0.5)
+    gs = zygote_jax.gradient(lambda: jnp.sum(3 * m.w), zygote_jax.Params(m))
+    np.testing.assert_allclose(gs[m.w], [3.0, 3.0])
+    assert gs[m.b] is None
