@@ -55,6 +55,7 @@ from ._zeros import AbstractZero, NoTangent, ZeroTangent
 __all__ = ["call_lowered", "is_tracer", "bypass_in_own_rule", "conj_tree"]
 
 DIFF, NONDIFF, STATIC = 0, 1, 2
+VJP, JVP, JVP_BY_TRANSPOSE = "vjp", "jvp", "jvp by transposing the pullback"
 _Tracer = jax.core.Tracer
 _MAX_ALL_PATTERNS = 3
 _CACHE_SIZE = 512
@@ -233,7 +234,13 @@ def call_lowered(prim: Any, args: tuple, kwargs: dict, leaves: list, treedef: An
         for i, leaf in enumerate(leaves)
     )
     statics = tuple(leaf if k == STATIC else None for leaf, k in zip(leaves, kinds))
-    key = (rr, fr, treedef, kinds, tuple(_static_key(leaf) if k == STATIC else None for leaf, k in zip(leaves, kinds)))
+    dyn = [leaf for leaf, k in zip(leaves, kinds) if k != STATIC]
+    # reverse mode (and no differentiation) through the rrule; forward mode through the
+    # frule, or, for an rrule alone, through the transpose of its pullback
+    mode = VJP if rr is not None else JVP
+    if mode == VJP and any(map(_in_forward_mode, dyn)):
+        mode = JVP if fr is not None else JVP_BY_TRANSPOSE
+    key = (rr, fr, mode, treedef, kinds, tuple(_static_key(leaf) if k == STATIC else None for leaf, k in zip(leaves, kinds)))
     cache = prim._lowered
     try:
         lowered = cache.get(key)
@@ -242,10 +249,7 @@ def call_lowered(prim: Any, args: tuple, kwargs: dict, leaves: list, treedef: An
     if lowered is None:
         if len(cache) >= _CACHE_SIZE:
             cache.clear()
-        lowered = cache[key] = _Lowered(prim, rr, fr, treedef, kinds, statics)
-    dyn = [leaf for leaf, k in zip(leaves, kinds) if k != STATIC]
-    if rr is not None and any(map(_in_forward_mode, dyn)):
-        raise ForwardModeError(lowered.forward_mode_message())
+        lowered = cache[key] = _Lowered(prim, rr, fr, treedef, kinds, statics, mode)
     try:
         return lowered.fn(*dyn)
     except TypeError as err:
@@ -337,9 +341,9 @@ def _patterns(n: int) -> list[tuple[int, ...]]:
 class _Lowered:
     """The custom_vjp/custom_jvp function of one primitive for one argument signature."""
 
-    def __init__(self, prim, rr, fr, treedef, kinds, statics):
+    def __init__(self, prim, rr, fr, treedef, kinds, statics, mode=VJP):
         self.prim, self.name = prim, function_name(prim)
-        self.rr, self.fr = rr, fr
+        self.rr, self.fr, self.mode = rr, fr, mode
         self.treedef, self.kinds, self.statics = treedef, kinds, statics
         self.dyn_index = [i for i, k in enumerate(kinds) if k != STATIC]
         self.dyn_pos = {flat: d for d, flat in enumerate(self.dyn_index)}
@@ -348,12 +352,12 @@ class _Lowered:
         starts = np.cumsum([0] + [t.num_leaves for t in self.arg_treedefs])
         self.arg_ranges = [(int(starts[i]), int(starts[i + 1])) for i in range(self.nargs)]
         self._out_types: dict = {}
-        if rr is not None:
+        if mode == VJP:
             fn = jax.custom_vjp(self.primal)
             fn.defvjp(self.fwd, self.bwd, symbolic_zeros=True)
         else:
             fn = jax.custom_jvp(self.primal)
-            fn.defjvp(self.jvp, symbolic_zeros=True)
+            fn.defjvp(self.jvp if mode == JVP else self.jvp_by_transpose, symbolic_zeros=True)
         self.fn = fn
 
     def rebuild(self, dyn_values) -> tuple[tuple, dict]:
@@ -407,19 +411,23 @@ class _Lowered:
             )
         )
 
-    def forward_mode_message(self) -> str:
-        has_frule = self.fr is not None
+    def forward_mode_message(self, reason: str | None = None) -> str:
+        if reason is None:  # JAX's own error: forward mode through a linearization (jax.linearize)
+            return format_message(
+                f"forward-mode evaluation of a linearization of primitive `{self.name}` is not "
+                "possible: reverse mode (jax.vjp, jax.grad) and jax.linearize trace its rrule as a "
+                "`jax.custom_vjp`, whose linearization JAX can only transpose",
+                fix="use jax.jvp or jax.jacfwd (they use the frule, or the transposed pullback), "
+                "or reverse mode",
+            )
         return format_message(
             f"forward-mode differentiation (jax.jvp, jax.jacfwd) of primitive `{self.name}` is not "
-            "possible: it has an rrule, which JAX runs as a `jax.custom_vjp`, and `jax.custom_vjp` "
-            "has no forward mode" + (" (the rrule takes precedence over its frule)" if has_frule else ""),
-            fix="use reverse mode (jax.grad, jax.vjp, jax.jacrev, zygote_jax.gradient); "
-            + (
-                "or remove the rrule so that the frule is lowered through `jax.custom_jvp`, which "
-                "serves both modes"
-                if has_frule
-                else "or define an frule instead of the rrule (`jax.custom_jvp` serves both modes)"
-            ),
+            "possible: it has an rrule and no frule, and the rrule's pullback cannot be transposed "
+            "into a pushforward",
+            got=reason,
+            fix=f"define an frule (`@{getattr(self.prim, '__name__', self.name)}.frule`), which serves "
+            "forward mode while the rrule keeps serving reverse mode; or use reverse mode (jax.grad, "
+            "jax.vjp, jax.jacrev)",
         )
 
     # ----- reverse mode: jax.custom_vjp ---------------------------------------------------
@@ -559,6 +567,48 @@ class _Lowered:
                 ) from err
         self.check_rule_primal("frule", list(primals), y)
         return y, self._to_jax_tangent(y_dot, y)
+
+    def jvp_by_transpose(self, primals, tangents):
+        """Forward mode from an rrule alone: the pushforward is the transpose of the pullback.
+
+        The pullback, in JAX's convention, is linear in the output cotangent; where it is built
+        from transposable operations, `jax.linear_transpose` turns it into the pushforward.
+        """
+        args, kwargs = self.rebuild(primals)
+        with _running_rule_of(self.prim.__rules_key__), _naming(f"(raised in the rrule of `{self.name}`)"):
+            y, pullback = check_rrule_result(self.prim, self.rr(*args, **kwargs))
+        self.check_rule_primal("rrule", list(primals), y)
+        y_leaves, y_tree = jax.tree_util.tree_flatten(y)
+        out_diff = [i for i, leaf in enumerate(y_leaves) if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)]
+        perturbed = [
+            self.kinds[flat] == DIFF and not isinstance(t, SymbolicZero) for flat, t in zip(self.dyn_index, tangents)
+        ]
+        metas = [(np.shape(v), jnp.result_type(v)) for v in primals]
+        moved = [d for d, p in enumerate(perturbed) if p]
+
+        def pullback_in_jax_convention(*gs):
+            y_bar_leaves = [NoTangent()] * len(y_leaves)
+            for i, g in zip(out_diff, gs):
+                y_bar_leaves[i] = _conj(g)
+            with _naming(f"(raised in the pullback of `{self.name}`)"):
+                cotangents = pullback(jax.tree_util.tree_unflatten(y_tree, y_bar_leaves))
+            x_bars = self._to_jax_cotangents(cotangents, args, perturbed, metas)
+            return tuple(jnp.zeros(*metas[d]) if x_bars[d] is None else x_bars[d] for d in moved)
+
+        seeds = [jax.ShapeDtypeStruct(np.shape(y_leaves[i]), jnp.result_type(y_leaves[i])) for i in out_diff]
+        try:
+            pushforward = jax.linear_transpose(pullback_in_jax_convention, *seeds)
+            y_dots = pushforward(tuple(tangents[d] for d in moved))
+        except RuleError:
+            raise
+        except Exception as err:  # JAX cannot transpose it: a while_loop, a non-linear use of y_bar
+            raise ForwardModeError(
+                self.forward_mode_message(f"{type(err).__name__}: {str(err).splitlines()[0][:300]}")
+            ) from err
+        out = [_zero_tangent_of(leaf) for leaf in y_leaves]
+        for i, y_dot in zip(out_diff, y_dots):
+            out[i] = y_dot
+        return y, jax.tree_util.tree_unflatten(y_tree, out)
 
     def _slots(self, suffix: str) -> str:
         """`x_bar, y_bar`: the argument slots of a rule's result, by parameter name."""

@@ -2,8 +2,9 @@
 
 `hessian` is forward-over-reverse (`jax.jacfwd` of `jax.grad`). That works through
 primitives that have only an rrule: their pullback is JAX code, which forward mode
-differentiates. It fails only where forward mode meets such a primitive directly (e.g. an
-rrule whose pullback calls another rrule-only primitive on the primal), which the rule
+differentiates, and where forward mode meets such a primitive directly (an rrule whose
+pullback calls another rrule-only primitive on the primal), its transposed pullback serves.
+Only a pullback JAX cannot transpose (a `while_loop`) has no forward mode, which the rule
 system reports as `rules.ForwardModeError`; `hessian` and `diaghessian` then fall back to
 reverse-over-reverse.
 """
@@ -73,8 +74,8 @@ def _as_matrix(h: Any, x: Any) -> Any:
 def hessian(f: Callable, x: Any) -> Any:
     """The Hessian of the real scalar `f(x)`, forward-over-reverse.
 
-    Computed as `jax.jacfwd(jax.grad(f))`; where forward mode meets a primitive that has
-    only an rrule (`rules.ForwardModeError`), falls back to reverse-over-reverse
+    Computed as `jax.jacfwd(jax.grad(f))`; where forward mode meets a primitive without
+    forward mode (`rules.ForwardModeError`), falls back to reverse-over-reverse
     (`hessian_reverse`). Either way, a primitive's rule is what gets differentiated.
 
     Args:
@@ -187,7 +188,8 @@ def forward_jacobian(f: Callable, x: Any) -> tuple[Any, Any]:
 
     Raises:
       GradientError: if `x` is not real or `f` does not return an array.
-      rules.ForwardModeError: if `f` calls a primitive that has only an rrule (use `jacobian`).
+      rules.ForwardModeError: if `f` calls a primitive without forward mode (an rrule
+        whose pullback JAX cannot transpose); use `jacobian`.
 
     >>> import jax.numpy as jnp, zygote_jax
     >>> y, J = zygote_jax.forward_jacobian(lambda x: jnp.array([x[0] * x[1], x[1]]), jnp.array([2.0, 3.0]))
@@ -248,8 +250,8 @@ def forwarddiff(f: Callable, x: Any) -> Any:
 
     Raises:
       GradientError: if `x` is not real.
-      rules.ForwardModeError: when differentiated, if `f` calls a primitive that has only
-        an rrule.
+      rules.ForwardModeError: when differentiated, if `f` calls a primitive without
+        forward mode (an rrule whose pullback JAX cannot transpose).
 
     >>> import jax.numpy as jnp, zygote_jax
     >>> float(zygote_jax.forwarddiff(jnp.sin, 0.0))

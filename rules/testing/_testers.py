@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._errors import describe_argument, format_message
+from .._errors import ForwardModeError, describe_argument, format_message
 from .._primitive import Primitive, unwrap
 from .._projection import is_differentiable_leaf, tangent_dtype
 from .._registry import frule, function_name, has_frule, has_rrule, rrule
@@ -45,6 +45,7 @@ class RuleReport:
     max_error: float
     checks: tuple[str, ...]
     seconds: float
+    modes: str = ""  # the modes JAX gets from the primitive: "fwd+rev" or "rev"
 
 
 # The function under test, so that messages name its parameters ("argument 1 (x)").
@@ -337,9 +338,14 @@ def test_rrule(
                          dense_like(again[1 + i], primals[i]), dense[i], 1e-12, 1e-14, _arg(i))
         checks.append("thunked seed")
 
+    modes = "fwd+rev" if has_frule(f, *primals) else ""
     if problem.index:
         checks += _lowered(tester, name, _check_lowered_vjp, problem, y_bar_dense, y, dense, check_jit, check_vmap, seed)
-    return RuleReport(name, "rrule", use_mode, worst, tuple(checks), time.perf_counter() - start)
+        if not modes:
+            forward = _lowered(tester, name, _check_forward_by_transposition, problem, y_bar_dense, y, dense)
+            checks += forward
+            modes = "fwd+rev" if forward else "rev"
+    return RuleReport(name, "rrule", use_mode, worst, tuple(checks), time.perf_counter() - start, modes or "rev")
 
 
 def _lowered(tester, name, check, *args) -> list[str]:
@@ -489,6 +495,27 @@ def _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, 
     return done
 
 
+def _check_forward_by_transposition(tester, name, problem, y_bar_dense, y, dense) -> list[str]:
+    """Without an frule, forward mode transposes the pullback: `<y_bar, J x_dot> == <J^T y_bar, x_dot>`.
+
+    Returns the check's label, or nothing where JAX cannot transpose the pullback (then the
+    primitive has reverse mode only, which is reported, not failed).
+    """
+    try:
+        _, y_dot = jax.jvp(problem.prim_fn, problem.args, problem.tangents)
+    except ForwardModeError:
+        return []
+    lhs, lhs_scale = _real_inner(y_bar_dense, y_dot)
+    rhs, rhs_scale = _real_inner(tuple(dense[i] for i in problem.index), problem.tangents)
+    rtol, atol = _lowered_tol(problem.args, y)
+    if abs(lhs - rhs) > atol + rtol * max(lhs_scale, rhs_scale):
+        _fail(tester, name, "forward mode (jax.jvp through the transposed pullback) disagrees with the pullback",
+              expected=f"<J^T y_bar, x_dot> = {rhs:.12g} (the pullback)",
+              got=f"<y_bar, J x_dot> = {lhs:.12g} (jax.jvp)",
+              fix="the pullback must be linear in y_bar: no branches or clipping on its value")
+    return ["jax.jvp (transposed pullback)"]
+
+
 # ----- test_frule -----------------------------------------------------------------------------
 @_full_precision
 def test_frule(
@@ -568,7 +595,8 @@ def test_frule(
                       got=f"<rrule(y_bar), x_dot> = {rhs:.12g}",
                       fix="one of the two rules is wrong (check conj() in the rrule of complex functions)")
             checks.append("frule/rrule transposition")
-    return RuleReport(name, "frule", "exact", worst, tuple(checks), time.perf_counter() - start)
+    modes = "fwd+rev"  # an frule serves forward mode; JAX transposes it or uses an rrule in reverse
+    return RuleReport(name, "frule", "exact", worst, tuple(checks), time.perf_counter() - start, modes)
 
 
 def _check_lowered_jvp(tester, name, problem, y_dot_dense, y, check_jit, check_vmap, seed) -> list[str]:

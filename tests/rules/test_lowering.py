@@ -682,16 +682,44 @@ FORWARD_MODES = {
 }
 
 
+def forward_derivative(mode, f):
+    """The derivative `FORWARD_MODES[mode]` computes, as the diagonal (f is elementwise)."""
+    out = FORWARD_MODES[mode](f)
+    return jnp.diagonal(out) if mode == "jacfwd" else out[1]
+
+
 @pytest.mark.parametrize("mode", list(FORWARD_MODES))
-def test_forward_mode_through_rrule_only_primitive_raises_forward_mode_error(mode):
-    cube = make_cube_rrule()
+def test_forward_mode_through_rrule_only_primitive_transposes_its_pullback(mode):
+    cube = make_cube_rrule()  # a deliberately 7x pullback: forward mode uses it too
+    np.testing.assert_allclose(forward_derivative(mode, cube), 7 * 3 * X**2)
+
+
+@pytest.mark.parametrize("mode", list(FORWARD_MODES))
+def test_a_pullback_jax_cannot_transpose_leaves_no_forward_mode_and_says_why(mode):
+    @rules.primitive
+    def looped(x):
+        return 2 * x
+
+    @looped.rrule
+    def looped_rrule(x):
+        def looped_pullback(y_bar):  # a while_loop in the pullback: JAX cannot transpose it
+            _, x_bar = jax.lax.while_loop(lambda c: c[0] < 1, lambda c: (c[0] + 1, 2 * c[1]), (0, y_bar))
+            return NoTangent(), x_bar
+
+        return looped(x), looped_pullback
+
+    np.testing.assert_allclose(jax.grad(sum_of(looped))(X), 2 * np.ones(3))  # reverse mode works
     with pytest.raises(rules.ForwardModeError) as err:
-        FORWARD_MODES[mode](cube)
+        FORWARD_MODES[mode](looped)
+    message = str(err.value)
     assert isinstance(err.value, rules.RuleError)
-    assert "cube`" in str(err.value) and "custom_vjp" in str(err.value)
+    assert "looped`" in message and "cannot be transposed" in message and "while_loop" in message
+    assert "define an frule (`@looped.frule`)" in message
 
 
 def make_both():
+    """Both rules, both deliberately wrong and told apart: frule 5x, rrule 7x."""
+
     @rules.primitive
     def both(x):
         return x**3
@@ -702,7 +730,7 @@ def make_both():
 
     @both.frule
     def both_frule(tangents, x):
-        return both(x), 3 * x**2 * tangents[1]
+        return both(x), 5 * 3 * x**2 * tangents[1]
 
     return both
 
@@ -710,14 +738,22 @@ def make_both():
 def test_primitive_with_both_rules_uses_the_rrule_in_reverse_mode(maybe_jit):
     both = make_both()
     np.testing.assert_allclose(maybe_jit(jax.grad(sum_of(both)))(X), 7 * 3 * X**2)
+    np.testing.assert_allclose(maybe_jit(jax.vmap(jax.grad(both)))(X), 7 * 3 * X**2)
+    np.testing.assert_allclose(maybe_jit(jax.jacrev(both))(X), np.diag(7 * 3 * X**2))
 
 
 @pytest.mark.parametrize("mode", list(FORWARD_MODES))
-def test_primitive_with_both_rules_raises_forward_mode_error_mentioning_the_frule(mode):
+def test_primitive_with_both_rules_uses_the_frule_in_forward_mode(mode):
     both = make_both()
-    with pytest.raises(rules.ForwardModeError) as err:
-        FORWARD_MODES[mode](both)
-    assert "both`" in str(err.value) and "frule" in str(err.value)
+    np.testing.assert_allclose(forward_derivative(mode, both), 5 * 3 * X**2)
+    vmapped = jax.vmap(lambda x: jax.jvp(both, (x,), (1.0,))[1])(X)
+    np.testing.assert_allclose(vmapped, 5 * 3 * X**2)
+
+
+def test_forward_over_reverse_with_both_rules_differentiates_the_pullback():
+    both = make_both()
+    # jax.hessian = jacfwd(jacrev): the rrule's pullback 7 * 3x^2 * y_bar, differentiated
+    np.testing.assert_allclose(jax.hessian(sum_of(both))(X), np.diag(7 * 6 * X))
 
 
 # ------------------------------------------------------------------------------------------

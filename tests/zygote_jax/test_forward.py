@@ -19,13 +19,22 @@ def maybe_jit(request):
     return jax.jit if request.param else (lambda fn: fn)
 
 
-def _rrule_only(name, fn, derivative, scale):
-    """A primitive with only an rrule, whose pullback is `scale * derivative(x) * y_bar`."""
+def _rrule_only(name, fn, derivative, scale, transposable=True):
+    """A primitive with only an rrule, whose pullback is `scale * derivative(x) * y_bar`.
+
+    Forward mode transposes that pullback; with `transposable=False` it multiplies through a
+    `lax.while_loop`, which JAX cannot transpose, so the primitive has no forward mode.
+    """
     prim = rules.primitive(fn, name=name)
 
     def prim_rrule(x):
         def prim_pullback(y_bar):
-            return rules.NoTangent(), scale * derivative(x) * y_bar
+            if transposable:
+                return rules.NoTangent(), scale * derivative(x) * y_bar
+            _, x_bar = jax.lax.while_loop(
+                lambda c: c[0] < 1, lambda c: (c[0] + 1, scale * derivative(x) * c[1]), (0, y_bar)
+            )
+            return rules.NoTangent(), x_bar
 
         return prim(x), prim_pullback
 
@@ -53,10 +62,12 @@ def test_hessian_differentiates_the_pullback_of_an_rrule_only_primitive(maybe_ji
     close(H, np.diag([7 * 6 * 1.0, 7 * 6 * 2.0]))  # d/dx of the pullback 7 * 3x^2
 
 
-def test_hessian_falls_back_to_reverse_over_reverse():
+@pytest.mark.parametrize("transposable", [True, False], ids=["transposable", "while_loop"])
+def test_hessian_falls_back_to_reverse_over_reverse(transposable):
     # The pullback of `cube` calls `square`, another rrule-only primitive, on the primal:
-    # forward mode meets `square` directly, so jax.hessian cannot run.
-    square = _rrule_only("square7", lambda x: x * x, lambda x: 2 * x, scale=7)
+    # forward mode meets `square` directly. Its pullback transposed serves forward mode; one
+    # that JAX cannot transpose has none, and `hessian` falls back to reverse-over-reverse.
+    square = _rrule_only("square7", lambda x: x * x, lambda x: 2 * x, scale=7, transposable=transposable)
     cube = rules.primitive(lambda x: x**3, name="cube_via_square")
 
     @cube.rrule
@@ -70,8 +81,11 @@ def test_hessian_falls_back_to_reverse_over_reverse():
         return jnp.sum(cube(x))
 
     x = jnp.array([1.0, 2.0])
-    with pytest.raises(rules.ForwardModeError):
-        jax.hessian(f)(x)
+    if transposable:
+        close(jax.hessian(f)(x), np.diag([42.0, 84.0]))
+    else:
+        with pytest.raises(rules.ForwardModeError, match="cannot be transposed"):
+            jax.hessian(f)(x)
     # d/dx (3 * square(x)) through square's 7x rule: 3 * 7 * 2x
     close(hessian(f, x), np.diag([42.0, 84.0]))
     close(jax.jit(lambda x: hessian(f, x))(x), np.diag([42.0, 84.0]))
@@ -138,9 +152,11 @@ def test_forward_jacobian_scalar_cases():
 
 
 def test_forward_jacobian_needs_forward_mode():
-    cube = _rrule_only("cube_fj", lambda x: x**3, lambda x: 3 * x**2, scale=1)
+    cube = _rrule_only("cube_fj", lambda x: x**3, lambda x: 3 * x**2, scale=7)
+    close(forward_jacobian(cube, jnp.ones(2))[1], 7 * 3 * np.eye(2))  # the transposed pullback
+    stuck = _rrule_only("cube_fj_loop", lambda x: x**3, lambda x: 3 * x**2, scale=1, transposable=False)
     with pytest.raises(rules.ForwardModeError):
-        forward_jacobian(cube, jnp.ones(2))
+        forward_jacobian(stuck, jnp.ones(2))
     with pytest.raises(GradientError, match="array"):
         forward_jacobian(lambda x: (x, x), 1.0)
 
@@ -156,12 +172,15 @@ def test_forwarddiff_value_and_gradient(maybe_jit):
 
 
 def test_forwarddiff_computes_the_derivative_in_forward_mode():
-    # An rrule-only primitive has no forward mode: reverse mode works, forwarddiff does not.
-    cube = _rrule_only("cube_fd", lambda x: x**3, lambda x: 3 * x**2, scale=1)
+    # An rrule-only primitive whose pullback JAX cannot transpose has no forward mode:
+    # reverse mode works, forwarddiff does not.
+    cube = _rrule_only("cube_fd", lambda x: x**3, lambda x: 3 * x**2, scale=1, transposable=False)
     assert gradient(cube, 2.0) == (12.0,)
     assert float(forwarddiff(cube, 2.0)) == 8.0  # the value alone needs no derivative
     with pytest.raises(rules.ForwardModeError):
         gradient(lambda x: forwarddiff(cube, x), 2.0)
+    cube7 = _rrule_only("cube_fd7", lambda x: x**3, lambda x: 3 * x**2, scale=7)  # transposable
+    assert gradient(lambda x: forwarddiff(cube7, x), 2.0) == (7 * 12.0,)
 
 
 def test_forwarddiff_under_jvp_and_matrix_shapes():

@@ -811,3 +811,17 @@ def test_repeated_checks_of_one_function_compile_its_finite_differences_once(cou
     define_rule(1.001)
     with pytest.raises(AssertionError, match="cotangent does not match finite differences"):
         test_rrule(cubic, X64, mode="fast", **FAST)
+
+
+def test_test_rrule_checks_forward_mode_through_the_transposed_pullback_and_reports_the_modes():
+    cube = with_rrule("cube_modes", lambda x: x**3, lambda y_bar, x: (NoTangent(), 3 * x**2 * y_bar))
+    report = test_rrule(cube, X64)
+    assert report.modes == "fwd+rev" and "jax.jvp (transposed pullback)" in report.checks
+
+    looped = with_rrule(
+        "looped_modes",
+        lambda x: 2 * x,
+        lambda y_bar, x: (NoTangent(), jax.lax.while_loop(lambda c: c[0] < 1, lambda c: (c[0] + 1, 2 * c[1]), (0, y_bar))[1]),
+    )
+    report = test_rrule(looped, X64)  # a pullback JAX cannot transpose: reverse mode only, not a failure
+    assert report.modes == "rev" and not any("jvp" in c for c in report.checks)
