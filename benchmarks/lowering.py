@@ -11,6 +11,10 @@ Rows (issue 7, 1-4), each measured side by side in one run:
    (target <= 1.1x).
 4. An frule-only primitive vs hand-written `jax.custom_jvp`: `jax.jvp` and `jax.grad` under
    jit (target <= 1.02).
+5. Both modes (issue 11): a primitive with an frule and an rrule, `jax.jvp` under jit vs the
+   hand-written `custom_jvp` and `jax.grad` under jit vs the hand-written `custom_vjp`
+   (target <= 1.02 each, compiled HLO compared); and an rrule alone in forward mode (its
+   pullback transposed) vs the hand-written `custom_jvp`.
 
 Method: medians over repetitions after a warm-up, the two sides of a ratio measured
 alternately (compilation excluded, except in row 2, which times `jit(...).lower(x).compile()`
@@ -100,6 +104,30 @@ def make_custom_jvp():
     return f
 
 
+def make_both_rules_primitive():
+    def b_plain(x):
+        return f_plain(x)
+
+    prim = rules.primitive(b_plain)
+
+    @prim.rrule
+    def b_rrule(x):
+        y = f_plain(x)
+
+        def b_pullback(y_bar):
+            return rules.NoTangent(), y_bar * (jnp.cos(x) * jnp.exp(x) + y)
+
+        return y, b_pullback
+
+    @prim.frule
+    def b_frule(tangents, x):
+        _, x_dot = tangents
+        y = f_plain(x)
+        return y, (jnp.cos(x) * jnp.exp(x) + y) * x_dot
+
+    return prim
+
+
 def loss_of(f):
     return lambda x: jnp.sum(f(x))
 
@@ -163,6 +191,30 @@ def run(quick: bool = False) -> str:
     gf_prim, gf_hand = jax.jit(jax.grad(loss_of(frule_prim))), jax.jit(jax.grad(loss_of(hand_jvp)))
     tg_prim, tg_hand = paired_medians(lambda: gf_prim(x), lambda: gf_hand(x), reps)
     rows.append([f"4. jit(grad), n={n}", "primitive frule", f"{tg_prim * 1e3:.3f} ms", verdict(tg_prim / tg_hand, 1.02), "by transposition, vs custom_jvp"])
+
+    # 5. both rules: each mode against its single-mode hand-written counterpart
+    both = make_both_rules_primitive()
+    jvp_of = lambda f: (lambda x, t: jax.jvp(f, (x,), (t,)))  # noqa: E731
+    j_both = jax.jit(jvp_of(both))
+    np.testing.assert_allclose(j_both(x, tangent)[1], j_hand(x, tangent)[1], rtol=1e-6)
+    tb_prim, tb_hand = paired_medians(lambda: j_both(x, tangent), lambda: j_hand(x, tangent), reps)
+    hj_both, hj_hand = hlo_instructions(lambda x: jvp_of(both)(x, x), x), hlo_instructions(lambda x: jvp_of(hand_jvp)(x, x), x)
+    rows.append([f"5. jit(jvp), n={n}", "primitive frule + rrule", f"{tb_prim * 1e3:.3f} ms", verdict(tb_prim / tb_hand, 1.02),
+                 f"vs custom_jvp; compiled HLO {'identical' if hj_both == hj_hand else 'DIFFERENT'}: "
+                 f"{len(hj_both)} vs {len(hj_hand)} instructions"])
+    gb_prim = jax.jit(jax.grad(loss_of(both)))
+    tgb_prim, tgb_hand = paired_medians(lambda: gb_prim(x), lambda: g_hand(x), reps)
+    hg_both = hlo_instructions(jax.grad(loss_of(both)), x)
+    rows.append([f"5. jit(grad), n={n}", "primitive frule + rrule", f"{tgb_prim * 1e3:.3f} ms", verdict(tgb_prim / tgb_hand, 1.02),
+                 f"vs custom_vjp; compiled HLO {'identical' if hg_both == h_hand else 'DIFFERENT'}: "
+                 f"{len(hg_both)} vs {len(h_hand)} instructions"])
+    j_t = jax.jit(jvp_of(prim))  # the rrule-only primitive of row 1, in forward mode
+    np.testing.assert_allclose(j_t(x, tangent)[1], j_hand(x, tangent)[1], rtol=1e-6)
+    tt_prim, tt_hand = paired_medians(lambda: j_t(x, tangent), lambda: j_hand(x, tangent), reps)
+    hj_t = hlo_instructions(lambda x: jvp_of(prim)(x, x), x)
+    rows.append([f"5. jit(jvp), n={n}", "primitive rrule alone", f"{tt_prim * 1e3:.3f} ms", f"{tt_prim / tt_hand:.3f}",
+                 f"transposed pullback vs custom_jvp; compiled HLO {'identical' if hj_t == hj_hand else 'DIFFERENT'}: "
+                 f"{len(hj_t)} vs {len(hj_hand)} instructions"])
 
     header = ["row", "what", "time", "ratio vs hand-written (target)", "notes"]
     return "## Lowering: primitives vs hand-written custom_vjp / custom_jvp\n\n" + table(header, rows) + "\n\n" + __doc__.split("\n\n", 2)[2]
