@@ -342,7 +342,7 @@ class _Lowered:
     """The custom_vjp/custom_jvp function of one primitive for one argument signature."""
 
     def __init__(self, prim, rr, fr, treedef, kinds, statics, mode=VJP):
-        self.prim, self.name = prim, function_name(prim)
+        self.prim, self.name = prim, getattr(prim, "name_in_messages", None) or function_name(prim)
         self.rr, self.fr, self.mode = rr, fr, mode
         self.treedef, self.kinds, self.statics = treedef, kinds, statics
         self.dyn_index = [i for i, k in enumerate(kinds) if k != STATIC]
@@ -632,6 +632,23 @@ class _Lowered:
 
 
 # ----- structural tangents -> leaves ----------------------------------------------------------
+def _describe_tangent(ct: Any) -> str:
+    return f"an array of shape {np.shape(ct)}" if isinstance(ct, ArrayTypes) else type(ct).__name__
+
+
+def _tangent_template(primal: Any, names: list) -> str:
+    """`Tangent(Linear, w=..., b=...)`: the tangent a rule returns for `primal`."""
+    kind = type(primal).__name__
+    if isinstance(primal, tuple) and not hasattr(primal, "_fields"):
+        return f"Tangent(tuple, {', '.join('...' for _ in names)})"
+    if isinstance(primal, dict):
+        return f"Tangent(dict, {{{', '.join(f'{k!r}: ...' for k in names)}}})"
+    if all(isinstance(k, str) and k.isidentifier() for k in names):
+        return f"Tangent({kind}, {', '.join(f'{k}=...' for k in names)})"
+    return f"Tangent({kind}, ...)"
+
+
+
 def _leaf_path(tree: Any, k: int) -> str:
     paths = jax.tree_util.tree_flatten_with_path(tree)[0]
     return jax.tree_util.keystr(paths[k][0]) if len(paths) > 1 or paths[0][0] else ""
@@ -682,8 +699,8 @@ def _tangent_leaves(ct: Any, primal: Any, want: list[bool], name: str, index: An
                     f"`{name}`: the tangent's structure does not match the primal's",
                     argument=describe_argument(index, _path_text(path), fn=fn),
                     expected=f"a Tangent or a {type(primal).__name__} with fields {names}",
-                    got=f"{type(ct).__name__}" + (f" with fields {[k for k, _ in ct_split[0]]}" if ct_split else ""),
-                    fix=f"return Tangent({type(primal).__name__}, ...) with the primal's field names",
+                    got=_describe_tangent(ct) + (f" with fields {[k for k, _ in ct_split[0]]}" if ct_split else ""),
+                    fix=f"return {_tangent_template(primal, names)}, one tangent per field (or ZeroTangent())",
                 )
             )
         lookup = dict(ct_split[0])

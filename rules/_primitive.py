@@ -36,6 +36,7 @@ class Primitive:
         functools.update_wrapper(self, fn, updated=())
         if name is not None:
             self.__name__ = self.__qualname__ = name
+        self.name_in_messages = name  # None: the wrapped function's name
         self._lowered: dict = {}
         if examples is not None:
             register_examples(self, examples)
