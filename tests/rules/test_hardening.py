@@ -487,3 +487,31 @@ def test_concurrent_redefinitions_of_a_traced_rule_with_jit_in_other_threads():
         t.join()
     assert errors == []
     assert float(jax.grad(twice)(1.0)) == 2.0
+
+
+# ------------------------------------------------------------------------------------------
+# external: a NumPy ufunc is batched in one call
+# ------------------------------------------------------------------------------------------
+
+
+def test_an_external_ufunc_is_batched_in_one_call_and_other_functions_one_call_per_element():
+    import scipy.special
+
+    def spec(x):
+        return jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x))
+
+    calls = []
+
+    def counted_sin(x):
+        calls.append(np.shape(x))
+        return np.sin(x)
+
+    plain = rules.external(counted_sin, spec)
+    xs = jnp.linspace(0.1, 0.8, 4)
+    np.testing.assert_allclose(jax.jit(jax.vmap(plain))(xs), np.sin(xs))
+    assert plain.vmap_method == "sequential" and calls == [()] * 4  # one call per element
+    for ufunc in (np.sin, scipy.special.erfcx):
+        ext = rules.external(ufunc, spec)
+        assert ext.vmap_method == "expand_dims"  # one call for the whole batch
+        np.testing.assert_allclose(jax.jit(jax.vmap(ext))(xs), ufunc(np.asarray(xs)))
+    assert rules.external(np.sin, spec, vmap_method="sequential").vmap_method == "sequential"
