@@ -1,7 +1,10 @@
 """README.md must stay true: its Python tour runs, and it opens with the two commands."""
 
+import os
 import pathlib
 import re
+import subprocess
+import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -21,3 +24,14 @@ def test_the_tour_runs():
     namespace: dict = {}
     exec(compile(tour, "README.md (tour)", "exec"), namespace)
     assert float(namespace["back"](1.0)[0]) == __import__("pytest").approx(0.8775825618903728)
+
+
+def test_the_tour_runs_clean_with_jax_defaults(tmp_path):
+    # the suite runs with x64 on; a reader's first run has JAX's defaults (float32), where
+    # any warning (e.g. "Explicitly requested dtype float64 ... truncated") is an error here
+    tour = re.search(r"## Tour\n\n```python\n(.*?)```", README, flags=re.S).group(1)
+    script = tmp_path / "tour.py"
+    script.write_text(tour)
+    env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"} | {"JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-W", "error", str(script)], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]

@@ -28,7 +28,7 @@ from .._lowering import _tangent_leaves, conj_tree, lowered_rules
 from .._thunks import InplaceableThunk, Thunk, unthunk
 from .._zeros import AbstractZero, NoTangent, ZeroTangent
 from ._compare import WithTangent, _perturbable, compare_trees, default_tolerance, dense_like, rand_tangent, test_approx
-from ._finite_differences import FDMethod, _fd_inner_jvps, _fd_vjp, central_fdm, fd_jacobian, fd_jvp
+from ._finite_differences import FDMethod, _fd_inner_jvps, _fd_vjp, _x64, central_fdm, fd_jacobian, fd_jvp
 
 __all__ = ["RuleReport", "test_rrule", "test_frule", "test_scalar"]
 
@@ -91,13 +91,16 @@ def _unpack(args: tuple, seed: int) -> tuple[tuple, tuple]:
 
 
 def _upcast(tree: Any) -> Any:
+    """The float leaves in float64 (complex128), also where JAX's default has no float64."""
+
     def up(leaf):
         if isinstance(leaf, (jax.Array, np.ndarray, np.generic)) and jnp.issubdtype(leaf.dtype, jnp.inexact):
             wide = jnp.complex128 if jnp.iscomplexobj(leaf) else jnp.float64
             return jnp.asarray(leaf, wide)
         return leaf
 
-    return jax.tree_util.tree_map(up, tree)
+    with _x64("the testers"):
+        return jax.tree_util.tree_map(up, tree)
 
 
 class _Problem:
