@@ -1,4 +1,4 @@
-"""`python -m rules check [MODULE ...]`: verify every shipped rule that carries examples."""
+"""`python -m rules check [MODULE ...] [--json PATH] [--junit-xml PATH]`: verify rules with examples."""
 
 import sys
 

@@ -2,62 +2,245 @@
 
 Examples are attached with `@primitive(examples=[...])`, `scalar_rule(..., examples=...)`
 or `rules.register_examples(f, [...])`. For every example, `test_rrule` and/or `test_frule`
-run on the rules that apply to it.
+run on the rules that apply to it. The same selection runs under pytest as
+`pytest --rules-check=MODULE` (`rules.testing._plugin`).
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
+import importlib.util
+import json
+import math
+import os
 import pkgutil
+import re
 import sys
 import time
-from dataclasses import dataclass
-from typing import Any, Iterable, TextIO
+import traceback
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, TextIO
 
 import jax
 import numpy as np
 
+from . import _registry
+from ._errors import format_message
 from ._registry import examples_of, frule, function_name, functions_with_examples, rrule
 
-__all__ = ["CheckRow", "default_modules", "import_modules", "check_all", "format_table", "main"]
+__all__ = [
+    "CheckRow", "Column", "COLUMNS", "format_table",
+    "CheckImportError", "library_modules", "default_modules", "import_modules", "cases",
+    "iter_check", "check_all", "write_json", "write_junit_xml", "main",
+]
+
+# ------------------------------------------------------------------------------------------
+# Rows and the table
+# ------------------------------------------------------------------------------------------
 
 
 @dataclass
 class CheckRow:
+    """One (function, example) checked. A new column is a field here plus an entry in `COLUMNS`."""
+
     function: str
     rules: str
     example: str
-    max_error: float | None
-    lowered: str
-    seconds: float
-    status: str
+    max_error: float | None = None
+    lowered: str = "-"
+    seconds: float = 0.0
+    status: str = "ok"  # "ok", "FAIL" (a tester's check failed) or "ERROR" (the rule crashed)
     message: str = ""
+    module: str = ""  # the module that registered the examples
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of the table: its title and how a row fills it."""
+
+    title: str
+    cell: Callable[[CheckRow], str]
+
+
+COLUMNS: list[Column] = [
+    Column("function", lambda r: r.function),
+    Column("rules", lambda r: r.rules),
+    Column("example", lambda r: r.example),
+    Column("max rel. error", lambda r: "-" if r.max_error is None else f"{r.max_error:.1e}"),
+    Column("jit/vmap", lambda r: r.lowered),
+    Column("seconds", lambda r: f"{r.seconds:.2f}"),
+    Column("status", lambda r: r.status),
+]
+
+
+def table_header() -> str:
+    return "| " + " | ".join(c.title for c in COLUMNS) + " |\n" + "|---" * len(COLUMNS) + "|"
+
+
+def format_row(row: CheckRow) -> str:
+    return "| " + " | ".join(c.cell(row) for c in COLUMNS) + " |"
+
+
+def format_summary(rows: list[CheckRow]) -> str:
+    """The count line, then each failure's message."""
+    failed = [r for r in rows if r.status != "ok"]
+    functions = len({r.function for r in rows})
+    counts = f"{len(rows) - len(failed)} passed, {len(failed)} failed"
+    lines = [f"{counts}: {len(rows)} examples of {functions} functions checked"]
+    lines += [f"\n{r.status} {r.function} ({r.example}):\n{r.message}" for r in failed]
+    return "\n".join(lines)
+
+
+def format_table(rows: list[CheckRow]) -> str:
+    return "\n".join([table_header(), *map(format_row, rows), "", format_summary(rows)])
+
+
+# ------------------------------------------------------------------------------------------
+# Which modules, which functions
+# ------------------------------------------------------------------------------------------
+
+
+class CheckImportError(Exception):
+    """A module named for checking cannot be found or imported, or registered no examples.
+
+    `__cause__` holds the exception the module's own code raised while importing, if any.
+    """
+
+    def describe(self, prefix: str = "") -> str:
+        """The message, after the traceback of the module's own error when there is one."""
+        cause = self.__cause__
+        if cause is None:
+            return prefix + str(self)
+        tb = cause.__traceback__  # from the module's own frames on: drop ours and importlib's
+        while tb is not None and tb.tb_next is not None and _is_import_machinery(tb.tb_frame.f_code.co_filename):
+            tb = tb.tb_next
+        return "".join(traceback.format_exception(type(cause), cause, tb)) + "\n" + prefix + str(self)
+
+
+def _is_import_machinery(filename: str) -> bool:
+    importlib_dir = os.path.dirname(importlib.__file__)
+    return filename == __file__ or filename.startswith(("<frozen", importlib_dir))
+
+
+def library_modules() -> list[str]:
+    """The short names of the modules shipped in `rules.library` (`linalg`, `nn`, ...)."""
+    import rules.library as library
+
+    return sorted(m.name for m in pkgutil.iter_modules(library.__path__) if not m.name.startswith("_"))
 
 
 def default_modules() -> list[str]:
     """Every module shipped in `rules.library`."""
-    import rules.library as library
-
-    return [f"rules.library.{m.name}" for m in pkgutil.iter_modules(library.__path__) if not m.name.startswith("_")]
+    return [f"rules.library.{name}" for name in library_modules()]
 
 
 def import_modules(names: Iterable[str]) -> list[str]:
-    """Import the named modules (`elementwise` means `rules.library.elementwise`)."""
+    """Import the modules to check; return the names their examples are registered under.
+
+    A name is a library module (`linalg` means `rules.library.linalg`), a dotted module path
+    (`mypkg.rules`) or a file (`path/to/myrules.py`, or a package's folder), imported by path.
+
+    Raises:
+      CheckImportError: a module is not found, or raised while importing.
+    """
+    shipped = set(library_modules())
     done = []
     for name in names:
-        if name.startswith("rules."):
-            importlib.import_module(name)
-            done.append(name)
-            continue
-        try:
-            importlib.import_module(f"rules.library.{name}")
-            done.append(f"rules.library.{name}")
-        except ModuleNotFoundError as err:
-            if err.name not in (f"rules.library.{name}",):
-                raise
-            importlib.import_module(name)
-            done.append(name)
+        if _is_path(name):
+            done.append(_import_path(name))
+        else:
+            done.append(_import_dotted(f"rules.library.{name}" if name in shipped else name, name))
     return done
+
+
+def _is_path(name: str) -> bool:
+    return name.endswith(".py") or os.sep in name or "/" in name
+
+
+def _import_dotted(module: str, given: str) -> str:
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        if err.name is None or not (module == err.name or module.startswith(err.name + ".")):
+            raise _import_failed(given, err) from err  # the module exists, an import inside it failed
+        raise CheckImportError(
+            format_message(
+                f"cannot check `{given}`: no module of that name",
+                expected=f"a library module ({', '.join(library_modules())}), "
+                "a dotted module path that Python can import (`mypkg.rules`) or a .py file",
+                got=f"{given} ({err})",
+                fix="install the package or add its folder to PYTHONPATH, or pass the file's path",
+            )
+        ) from None
+    except Exception as err:  # noqa: BLE001 - whatever the module raised, reported with its traceback
+        raise _import_failed(given, err) from err
+    return module
+
+
+def _import_path(given: str) -> str:
+    path = Path(given).resolve()
+    file = path / "__init__.py" if path.is_dir() else path
+    if not file.is_file() or file.suffix != ".py":
+        raise CheckImportError(
+            format_message(
+                f"cannot check `{given}`: no Python file there",
+                expected="a .py file, or a package folder (with __init__.py)",
+                got=f"{given} ({'does not exist' if not path.exists() else 'not a Python file'})",
+            )
+        )
+    for name, module in list(sys.modules.items()):  # imported already (by its dotted name)
+        if getattr(module, "__file__", None) and Path(module.__file__).resolve() == file:
+            return name
+    name = path.stem
+    if name in sys.modules or not name.isidentifier():  # `myproject/rules.py` must not replace `rules`
+        name = "_rules_check_" + re.sub(r"\W", "_", name) + f"_{len(sys.modules)}"
+    spec = importlib.util.spec_from_file_location(
+        name, file, submodule_search_locations=[str(path)] if path.is_dir() else None
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    if str(path.parent) not in sys.path:  # as for a script: its folder's modules are importable
+        sys.path.append(str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:  # noqa: BLE001 - reported with its traceback
+        del sys.modules[name]
+        raise _import_failed(given, err) from err
+    return name
+
+
+def _import_failed(given: str, err: BaseException) -> CheckImportError:
+    return CheckImportError(
+        format_message(
+            f"cannot check `{given}`: importing it raised {type(err).__name__} (traceback above)",
+            got=str(err),
+            fix="fix the module until `import` succeeds on its own",
+        )
+    )
+
+
+def module_of(f: Any) -> str:
+    """The module that registered `f`'s examples."""
+    return _registry._example_modules.get(_registry.rule_key(f), "")
+
+
+def cases(modules: Iterable[str] | None = None) -> list[tuple[Any, tuple]]:
+    """Every (function, example) to check: those registered by `modules` or their submodules
+    (`mypkg` includes `mypkg.linalg`), or, without `modules`, all of them."""
+    functions = functions_with_examples()
+    if modules is not None:
+        wanted = tuple(modules)
+        within = lambda name: any(name == m or name.startswith(m + ".") for m in wanted)  # noqa: E731
+        functions = [f for f in functions if within(module_of(f))]
+    return [(f, example) for f in functions for example in examples_of(f)]
+
+
+# ------------------------------------------------------------------------------------------
+# Running the checks
+# ------------------------------------------------------------------------------------------
 
 
 def _describe(example: tuple) -> str:
@@ -69,8 +252,7 @@ def _describe(example: tuple) -> str:
         leaves = jax.tree_util.tree_leaves(x)
         if len(leaves) == 1 and leaves[0] is x and hasattr(x, "dtype"):
             dtype = np.dtype(x.dtype)
-            short = {"f": "f", "c": "c", "i": "i", "u": "u", "b": "b"}.get(dtype.kind, dtype.kind)
-            parts.append(f"{short}{dtype.itemsize * 8}{list(np.shape(x))}")
+            parts.append(f"{dtype.kind}{dtype.itemsize * 8}{list(np.shape(x))}")
         elif isinstance(x, (bool, int, float, complex, str)) or x is None:
             parts.append(repr(x))
         elif callable(x):
@@ -80,7 +262,9 @@ def _describe(example: tuple) -> str:
     return ", ".join(parts)
 
 
-def _check_one(f: Any, example: tuple) -> CheckRow:
+def _check_one(f: Any, example: tuple, *, reraise: bool = False) -> CheckRow:
+    """Check one example with the testers. A crash in the rule becomes an "ERROR" row, or
+    propagates with `reraise=True` (the pytest plugin shows its traceback)."""
     from .testing import test_frule, test_rrule
     from .testing._compare import WithTangent
 
@@ -88,7 +272,7 @@ def _check_one(f: Any, example: tuple) -> CheckRow:
     has_rr, has_fr = rrule.lookup(f, primals) is not None, frule.lookup(f, primals) is not None
     kinds = "+".join(k for k, on in (("rrule", has_rr), ("frule", has_fr)) if on) or "none"
     start = time.perf_counter()
-    row = CheckRow(function_name(f), kinds, _describe(example), None, "-", 0.0, "ok")
+    row = CheckRow(function_name(f), kinds, _describe(example), module=module_of(f))
     if kinds == "none":
         row.status, row.message = "FAIL", "examples given, but no rule applies to them"
         return row
@@ -104,68 +288,164 @@ def _check_one(f: Any, example: tuple) -> CheckRow:
     except AssertionError as err:
         row.status, row.message = "FAIL", str(err)
     except Exception as err:  # noqa: BLE001 - a crash in a rule is reported as a row, not a traceback
+        if reraise:
+            raise
         row.status, row.message = "ERROR", f"{type(err).__name__}: {err}"
     row.seconds = time.perf_counter() - start
     return row
 
 
+def iter_check(todo: list[tuple[Any, tuple]], progress: TextIO | None = None) -> Iterator[CheckRow]:
+    """Check each (function, example) of `todo`, yielding its row as soon as it is done.
+
+    `progress` gets `[n/total] function example ...` before each check: rewritten in place
+    on a terminal, one line each otherwise (a CI log shows what is running).
+    """
+    live = progress is not None and progress.isatty()
+    for n, (f, example) in enumerate(todo, 1):
+        if progress is not None:
+            line = f"[{n}/{len(todo)}] {function_name(f)} {_describe(example)} ..."
+            progress.write(f"\r\033[K{line}" if live else f"{line}\n")
+            progress.flush()
+        row = _check_one(f, example)
+        if live:
+            progress.write("\r\033[K")
+            progress.flush()
+        yield row
+
+
 def check_all(modules: Iterable[str] | None = None, progress: TextIO | None = None) -> list[CheckRow]:
     """Run the testers on every example of every function that has examples.
 
-    With `modules`, only the functions whose examples those modules registered.
+    With `modules`, only the functions whose examples those modules (or their submodules)
+    registered.
     """
-    todo = [(f, ex) for f in functions_with_examples(modules) for ex in examples_of(f)]
-    rows = []
-    for n, (f, example) in enumerate(todo, 1):
-        if progress is not None:
-            progress.write(f"\r\033[K[{n}/{len(todo)}] {function_name(f)}")
-            progress.flush()
-        rows.append(_check_one(f, example))
-    if progress is not None:
-        progress.write("\r\033[K")
-        progress.flush()
-    return rows
+    return list(iter_check(cases(modules), progress))
 
 
-def format_table(rows: list[CheckRow]) -> str:
-    lines = [
-        "| function | rules | example | max rel. error | jit/vmap | seconds | status |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        err = "-" if r.max_error is None else f"{r.max_error:.1e}"
-        lines.append(f"| {r.function} | {r.rules} | {r.example} | {err} | {r.lowered} | {r.seconds:.2f} | {r.status} |")
-    failed = [r for r in rows if r.status != "ok"]
-    functions = len({r.function for r in rows})
-    lines.append("")
-    lines.append(
-        f"{len(rows) - len(failed)} passed, {len(failed)} failed: {len(rows)} examples of {functions} functions checked"
+# ------------------------------------------------------------------------------------------
+# Reports for CI
+# ------------------------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    return str(value) if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def write_json(path: str | os.PathLike, rows: list[CheckRow], modules: list[str], seconds: float) -> None:
+    """`{"modules", "summary": {passed, failed, examples, functions, seconds}, "rows": [...]}`,
+    a row with every field of `CheckRow` (`max_error` null when not measured)."""
+    failed = sum(r.status != "ok" for r in rows)
+    report = {
+        "modules": modules,
+        "summary": {
+            "passed": len(rows) - failed, "failed": failed, "examples": len(rows),
+            "functions": len({r.function for r in rows}), "seconds": round(seconds, 3),
+        },
+        "rows": [{k: _plain(v) for k, v in asdict(r).items()} for r in rows],
+    }
+    Path(path).write_text(json.dumps(report, indent=2) + "\n")
+
+
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def write_junit_xml(path: str | os.PathLike, rows: list[CheckRow], seconds: float) -> None:
+    """One `<testcase classname=MODULE name="function[example]">` per row; a FAIL row
+    carries `<failure>`, an ERROR row `<error>`, both with the tester's message."""
+    clean = lambda text: _NOT_XML.sub("?", text)  # noqa: E731
+    suite = ET.Element(
+        "testsuite", name="python -m rules check", tests=str(len(rows)),
+        failures=str(sum(r.status == "FAIL" for r in rows)), errors=str(sum(r.status == "ERROR" for r in rows)),
+        skipped="0", time=f"{seconds:.3f}",
     )
-    for r in failed:
-        lines.append(f"\n{r.status} {r.function} ({r.example}):\n{r.message}")
-    return "\n".join(lines)
+    for r in rows:
+        case = ET.SubElement(suite, "testcase", classname=r.module or "rules",
+                             name=clean(f"{r.function}[{r.example}]"), time=f"{r.seconds:.3f}")
+        if r.status != "ok":
+            kind = "failure" if r.status == "FAIL" else "error"
+            message = clean(r.message)
+            ET.SubElement(case, kind, message=message.splitlines()[0] if message else r.status).text = message
+        ET.SubElement(case, "system-out").text = clean("; ".join(f"{c.title}: {c.cell(r)}" for c in COLUMNS))
+    root = ET.Element("testsuites")
+    root.append(suite)
+    ET.indent(root)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
 
 
-USAGE = """usage: python -m rules check [MODULE ...]
+# ------------------------------------------------------------------------------------------
+# The command line
+# ------------------------------------------------------------------------------------------
 
-Verify every rule that carries examples against finite differences and through JAX
-(jit, vmap), and print a table. MODULE names a module to import first (`elementwise`
-means `rules.library.elementwise`); default: every module in rules.library.
-Exit status 1 if any check fails."""
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m rules", description="Tools for rule authors.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    check = commands.add_parser(
+        "check",
+        help="verify every rule that carries examples",
+        description="Verify every rule that carries examples against finite differences and "
+        "through JAX (jit, vmap), printing a table row as each example is done (progress on "
+        "stderr).",
+        epilog="exit status: 0 all passed, 1 a rule failed, 2 usage or import error",
+    )
+    check.add_argument(
+        "modules", nargs="*", metavar="MODULE",
+        help="what to check: a library module (linalg means rules.library.linalg), a dotted "
+        "module path (mypkg.rules, with its submodules) or a file (path/to/myrules.py); "
+        "default: every module in rules.library",
+    )
+    check.add_argument("--json", metavar="PATH", help="also write the rows and a summary as JSON")
+    check.add_argument("--junit-xml", metavar="PATH", help="also write a JUnit XML report (for CI test views)")
+    return parser
+
+
+def _error(message: str) -> int:
+    print(message, file=sys.stderr, flush=True)
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help") or argv[0] != "check":
-        print(USAGE)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    """`python -m rules check [MODULE ...] [--json PATH] [--junit-xml PATH]`; returns the exit status."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exit:  # --help (0) or a usage error (2), printed by argparse
+        return exit.code if isinstance(exit.code, int) else 2
+    for report in (args.json, args.junit_xml):
+        try:
+            if report:
+                Path(report).resolve().parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            return _error(f"python -m rules check: cannot write a report to `{report}`: {err}")
     jax.config.update("jax_enable_x64", True)  # examples and finite differences in float64
-    modules = argv[1:] or default_modules()
-    imported = import_modules(modules)
-    progress = sys.stderr if sys.stderr.isatty() else None
+    try:
+        imported = import_modules(args.modules or default_modules())
+    except CheckImportError as err:
+        return _error(err.describe(prefix="python -m rules check: "))
+    todo = cases(imported if args.modules else None)
+    if not todo:
+        return _error(
+            format_message(
+                f"python -m rules check: nothing to check in {', '.join(args.modules)}",
+                got="no function with examples registered by these modules",
+                fix="attach examples with `@rules.primitive(examples=[(x,)])`, "
+                "`rules.scalar_rule(..., examples=...)` or `rules.register_examples(f, [(x,)])`",
+            )
+        )
+
     start = time.perf_counter()
-    rows = check_all(imported if argv[1:] else None, progress)
-    print(f"python -m rules check: {len(imported)} module(s): {', '.join(imported) or '-'}\n")
-    print(format_table(rows))
-    print(f"\n({time.perf_counter() - start:.1f} s)")
-    return 0 if rows and all(r.status == "ok" for r in rows) else 1
+    shown = [f"{name} ({given})" if _is_path(given) else name for given, name in zip(args.modules, imported)]
+    print(f"python -m rules check: {len(imported)} module(s): {', '.join(shown or imported)}\n", flush=True)
+    print(table_header(), flush=True)
+    rows = []
+    for row in iter_check(todo, progress=sys.stderr):
+        rows.append(row)
+        print(format_row(row), flush=True)
+    seconds = time.perf_counter() - start
+    print("\n" + format_summary(rows), flush=True)
+    print(f"\n({seconds:.1f} s)", flush=True)
+    if args.json:
+        write_json(args.json, rows, imported, seconds)
+    if args.junit_xml:
+        write_junit_xml(args.junit_xml, rows, seconds)
+    return 0 if all(r.status == "ok" for r in rows) else 1
