@@ -55,6 +55,7 @@ class CheckRow:
     status: str = "ok"  # "ok", "FAIL" (a tester's check failed) or "ERROR" (the rule crashed)
     message: str = ""
     module: str = ""  # the module that registered the examples
+    modes: str = "-"  # what JAX gets from the primitive: "fwd+rev", or "rev" (no forward mode)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class Column:
 COLUMNS: list[Column] = [
     Column("function", lambda r: r.function),
     Column("rules", lambda r: r.rules),
+    Column("modes", lambda r: r.modes),
     Column("example", lambda r: r.example),
     Column("max rel. error", lambda r: "-" if r.max_error is None else f"{r.max_error:.1e}"),
     Column("jit/vmap", lambda r: r.lowered),
@@ -283,6 +285,7 @@ def _check_one(f: Any, example: tuple, *, reraise: bool = False) -> CheckRow:
         if has_fr:
             reports.append(test_frule(f, *example))
         row.max_error = max(r.max_error for r in reports)
+        row.modes = "fwd+rev" if any(r.modes == "fwd+rev" for r in reports) else "rev"
         lowered = {c for r in reports for c in r.checks if c.startswith("jax.")}
         row.lowered = "jit+vmap" if any("jit" in c for c in lowered) and "jax.vmap" in lowered else ",".join(sorted(lowered)) or "-"
     except AssertionError as err:

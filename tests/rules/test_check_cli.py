@@ -24,7 +24,7 @@ import rules._registry
 from rules._check import CheckRow, cases, check_all, format_table, import_modules, main
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-HEADER = "| function | rules | example | max rel. error | jit/vmap | seconds | status |"
+HEADER = "| function | rules | modes | example | max rel. error | jit/vmap | seconds | status |"
 
 TINY = '''
 """Tiny rules for the check tests: one right, one wrong."""
@@ -173,8 +173,8 @@ def test_dotted_module_path_and_file_path(checked):
     out = proc.stdout
     assert "2 module(s): zj_cli_pkg.wrong, zj_cli_good (more/zj_cli_good.py)" in out
     assert HEADER in out
-    assert "| good_sin | rrule | f64[3] |" in out and "| good_cube | rrule | f32[1, 2] |" in out
-    assert "| bad_sin | rrule | f64[3] | - | - |" in out and out.count("| FAIL |") == 1
+    assert "| good_sin | rrule | fwd+rev | f64[3] |" in out and "| good_cube | rrule | fwd+rev | f32[1, 2] |" in out
+    assert "| bad_sin | rrule | - | f64[3] | - | - |" in out and out.count("| FAIL |") == 1
     assert "3 passed, 1 failed: 4 examples of 3 functions checked" in out
     assert "FAIL bad_sin (f64[3]):\ntest_rrule(bad_sin): cotangent does not match finite differences" in out
 
@@ -297,6 +297,7 @@ def test_check_all_rows(scratch):
 
     good = by[("good_sin", "f64[3]")]
     assert (good.rules, good.status, good.lowered, good.message) == ("rrule", "ok", "jit+vmap", "")
+    assert good.modes == "fwd+rev"  # an rrule alone: forward mode transposes its pullback
     assert good.max_error is not None and good.max_error < 1e-8 and good.seconds > 0
 
     bad = by[("bad_sin", "f64[3]")]
@@ -314,7 +315,7 @@ def test_check_all_rows(scratch):
     assert progress.getvalue().splitlines()[-1] == "[4/4] no_rule f64[1] ..."  # not a terminal: lines
 
     table = format_table(rows)
-    assert table.splitlines()[:2] == [HEADER, "|---|---|---|---|---|---|---|"]
+    assert table.splitlines()[:2] == [HEADER, "|---|---|---|---|---|---|---|---|"]
     assert "1 passed, 3 failed: 4 examples of 4 functions checked" in table
     assert "\nFAIL bad_sin (f64[3]):\n" in table and "\nERROR crash_pow (f64[2], 3):\n" in table
 
@@ -344,9 +345,9 @@ def test_rows_are_printed_and_flushed_as_each_check_finishes(scratch, monkeypatc
     (out1, err1), (out2, err2) = seen
     assert "1 module(s): zj_stream" in out1 and HEADER in out1 and "| good_sin |" not in out1
     assert err1.endswith("[1/2] good_sin f64[3] ...\n")
-    assert "| good_sin | rrule | f64[3] |" in out2 and "| bad_sin |" not in out2  # before the 2nd check starts
+    assert "| good_sin | rrule | fwd+rev | f64[3] |" in out2 and "| bad_sin |" not in out2  # before the 2nd check starts
     assert err2.endswith("[2/2] bad_sin f64[3] ...\n")
-    assert "| bad_sin | rrule | f64[3] |" in out.flushed and "1 passed, 1 failed" in out.flushed
+    assert "| bad_sin | rrule | - | f64[3] |" in out.flushed and "1 passed, 1 failed" in out.flushed
 
 
 def test_main_exit_status(scratch, capsys):
