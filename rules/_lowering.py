@@ -603,7 +603,7 @@ class _Lowered:
             raise
         except Exception as err:  # JAX cannot transpose it: a while_loop, a non-linear use of y_bar
             raise ForwardModeError(
-                self.forward_mode_message(f"{type(err).__name__}: {str(err).splitlines()[0][:300]}")
+                self.forward_mode_message(f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:300]}")
             ) from err
         out = [_zero_tangent_of(leaf) for leaf in y_leaves]
         for i, y_dot in zip(out_diff, y_dots):

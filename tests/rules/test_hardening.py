@@ -515,3 +515,18 @@ def test_an_external_ufunc_is_batched_in_one_call_and_other_functions_one_call_p
         assert ext.vmap_method == "expand_dims"  # one call for the whole batch
         np.testing.assert_allclose(jax.jit(jax.vmap(ext))(xs), ufunc(np.asarray(xs)))
     assert rules.external(np.sin, spec, vmap_method="sequential").vmap_method == "sequential"
+
+
+def test_a_pullback_failing_to_transpose_with_an_empty_message_still_says_why(monkeypatch):
+    @rules.primitive
+    def silent(x):
+        return 2 * x
+
+    silent.rrule(lambda x: (silent(x), lambda y_bar: (NoTangent(), 2 * y_bar)))
+
+    def bare_assertion(*args, **kwargs):  # as JAX's cond transpose raises in some cases
+        raise AssertionError()
+
+    monkeypatch.setattr(jax, "linear_transpose", bare_assertion)
+    with pytest.raises(rules.ForwardModeError, match="got:      AssertionError: \n"):
+        jax.jvp(silent, (1.0,), (1.0,))
