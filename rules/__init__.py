@@ -58,3 +58,7 @@ from ._registry import PlainFunctionWarning as PlainFunctionWarning
 
 __version__ = "0.1.0"
 from . import library as library  # registers the shipped rules
+
+# The implicit solvers' convergence report and error (rules.library.implicit)
+from .library.implicit import ConvergenceError as ConvergenceError
+from .library.implicit import SolveInfo as SolveInfo

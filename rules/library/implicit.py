@@ -7,10 +7,19 @@ instead: with G(x*, theta) = 0, the cotangent of theta is (dG/dtheta)^T u where 
 linear system (dG/dx)^T u = -x_bar at x*. Memory is O(1) in the number of iterations, and the
 gradient is exact at convergence whatever solver found x*.
 
-The callables (`f`, `F`, `matvec`, `loss`) are static arguments: hashable (module-level
-functions are best), taking their parameters through `theta`, a pytree; they must not close
-over traced values (see `fixed_point`). Solver cores are jitted with the callable static, so
-repeated eager calls reuse one compilation.
+The callables (`f`, `F`, `matvec`, `loss`) take their parameters through `theta`, a pytree,
+or hold them as array leaves (an `equinox.Module`, a `jax.tree_util.Partial`): both are
+differentiated. The rest of a callable is static (hashable: module-level functions are best)
+and must not close over traced values (see `fixed_point`). Solver cores are jitted with that
+static part as a static argument, so repeated eager calls reuse one compilation.
+
+No silent wrong answers: a solver that stops without meeting its tolerance (max_iter reached,
+NaN or inf) raises `ConvergenceError` (eagerly; under `jax.jit` a runtime error carrying the
+same message), in the forward solve and in the pullback's adjoint solve, unless `throw=False`.
+`full_output=True` returns `(x, SolveInfo(residual, iterations, converged))`.
+
+The adjoint solves are linear solves JAX can transpose (`lax.custom_linear_solve`, their
+convergence check inside), so forward mode works too: the lowering transposes the pullback.
 """
 
 from __future__ import annotations
@@ -28,25 +37,31 @@ from .._primitive import primitive
 from .._projection import ProjectTo
 from .._thunks import unthunk
 from .._via_ad import _dense, rrule_via_ad
-from .._zeros import NoTangent
+from .._zeros import AbstractZero, NoTangent, ZeroTangent
+from ._implicit_common import _A3, _F43, _V3, _W3, _Y4, _Z2, _ZA2
+from ._implicit_common import ConvergenceError as ConvergenceError
+from ._implicit_common import SolveInfo as SolveInfo
 from ._implicit_common import (
-    _A3,
-    _F43,
-    _V3,
-    _W3,
-    _Y4,
-    _Z2,
-    _ZA2,
+    _adjoint_solve,
+    _bind,
     _cast_like,
+    _check_converged,
     _check_real,
-    _check_static_callable,
     _contraction,
     _converged,
     _coupled,
     _deq_layer,
     _floor_tol,
-    _gmres,
+    _forward_solve,
+    _gmres_loop,
+    _info_without_gradient,
+    _is_traced,
+    _krylov_loop,
     _logistic_ridge,
+    _real_pairs,
+    _relative_step,
+    _Report,
+    _scaled_contraction,
     _spd_matvec,
     _tol,
     _tree_add,
@@ -56,13 +71,38 @@ from ._implicit_common import (
     _x0_cotangent,
 )
 
-__all__ = ["fixed_point", "root", "linear_solve", "argmin"]
+__all__ = ["fixed_point", "root", "linear_solve", "argmin", "SolveInfo", "ConvergenceError"]
 
 PyTree = Any
+_FIX = "raise max_iter, loosen tol"
+
+
+def _x_cotangent(y_bar: Any, full_output: bool) -> Any:
+    """The cotangent of x from the output's: with full_output, y_bar is (x_bar, info_bar)."""
+    y_bar = unthunk(y_bar)
+    if full_output and not isinstance(y_bar, AbstractZero):
+        y_bar = unthunk(y_bar[0])
+    return y_bar
+
+
+def _adjoint_mode(throw: bool, report: _Report, *inputs: Any) -> tuple[bool, _Report | None]:
+    """(eager, the report an adjoint solve checks itself against): with concrete inputs the
+    pullback checks the returned SolveInfo (a `ConvergenceError`); traced, the solve does."""
+    eager = not _is_traced(inputs)
+    return eager, (report if throw and not eager else None)
+
+
+def _finish(x: PyTree, info: SolveInfo, tol: Any, report: _Report, throw: bool, full_output: bool) -> Any:
+    """What a solver returns: x, checked unless throw=False, with its SolveInfo if asked."""
+    if throw:
+        x = _check_converged(x, info, tol, x, report)
+    return (x, _info_without_gradient(info)) if full_output else x
 
 
 # ----- fixed_point --------------------------------------------------------------------------
-def _iterate_impl(f: Callable, x0: PyTree, theta: PyTree, tol: Any, max_iter: int, floor: float = 1.0) -> PyTree:
+def _iterate_impl(
+    f: Callable, x0: PyTree, theta: PyTree, tol: Any, max_iter: int, floor: float = 1.0
+) -> tuple[PyTree, SolveInfo]:
     shapes = jax.eval_shape(f, x0, theta)
     x_tree, f_tree = jax.tree_util.tree_structure(x0), jax.tree_util.tree_structure(shapes)
     x_shapes = [np.shape(leaf) for leaf in jax.tree_util.tree_leaves(x0)]
@@ -80,34 +120,58 @@ def _iterate_impl(f: Callable, x0: PyTree, theta: PyTree, tol: Any, max_iter: in
     tol = _floor_tol(tol, x)
 
     def cond(state):
-        k, _, done = state
-        return (k < max_iter) & ~done
+        k, _, residual, converged = state
+        return (k < max_iter) & ~converged & ~jnp.isnan(residual)
 
     def body(state):
-        k, x, _ = state
+        k, x, _, _ = state
         x_new = _cast_like(f(x, theta), x)
-        return k + 1, x_new, _converged(_tree_sub(x_new, x), x_new, tol, floor)
+        step = _tree_sub(x_new, x)
+        return k + 1, x_new, _relative_step(step, x_new, floor), _converged(step, x_new, tol, floor)
 
-    _, x_star, _ = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), x, jnp.zeros((), bool)))
-    return x_star
+    init = (jnp.zeros((), jnp.int32), x, jnp.full((), jnp.inf, jnp.result_type(float)), jnp.zeros((), bool))
+    k, x_star, residual, converged = jax.lax.while_loop(cond, body, init)
+    return x_star, SolveInfo(residual, k, converged)
 
 
 _iterate = jax.jit(_iterate_impl, static_argnames=("f", "max_iter"))
 
 
-@functools.partial(jax.jit, static_argnames=("f", "max_iter", "adjoint"))
-def _fixed_point_adjoint(f, x_star, theta, x_bar, tol, max_iter, adjoint):
-    """u = x_bar + (df/dx)^T u at x*, then theta_bar = (df/dtheta)^T u (ChainRules' convention)."""
+@functools.partial(jax.jit, static_argnames=("f", "max_iter", "adjoint", "eager", "report"))
+def _fixed_point_adjoint(f, x_star, theta, x_bar, tol, max_iter, adjoint, eager, report):
+    """u = x_bar + (df/dx)^T u at x*, then theta_bar = (df/dtheta)^T u (ChainRules' convention).
+
+    u solves (I - (df/dx)^T) u = x_bar: by Richardson iteration, which is the fixed-point
+    iteration u <- x_bar + (df/dx)^T u, or by GMRES (see `_adjoint_solve` for eager and report).
+    """
     _, f_pullback = rrule_via_ad(f, x_star, theta)
 
-    def adjoint_x(u):
-        return _cast_like(_dense(f_pullback(u)[1], x_star), x_star)
+    def op(u):
+        return _tree_sub(u, _cast_like(_dense(f_pullback(u)[1], x_star), x_star))
 
     if adjoint == "gmres":
-        u = _gmres(lambda v: _tree_sub(v, adjoint_x(v)), x_bar, _floor_tol(tol, x_star), max_iter)
+        op_real, rhs_real, back = _real_pairs(op, x_bar)
+        loop = functools.partial(_gmres_loop, maxiter=max_iter)
+        u_real, info = _adjoint_solve(loop, op_real, rhs_real, _floor_tol(tol, x_star), False, eager, report)
+        u = back(u_real)
     else:
-        u = _iterate_impl(lambda v, b: _tree_add(b, adjoint_x(v)), x_bar, x_bar, tol, max_iter, floor=0.0)
-    return unthunk(f_pullback(u)[2])
+        def richardson(op, b, tol):
+            return _iterate_impl(lambda v, b: _tree_add(v, _tree_sub(b, op(v))), b, b, tol, max_iter, floor=0.0)
+
+        u, info = _adjoint_solve(richardson, op, x_bar, _floor_tol(tol, x_star), False, eager, report)
+    return unthunk(f_pullback(u)[2]), info
+
+
+def _fixed_point_reports(max_iter: int, adjoint: str) -> tuple[_Report, _Report]:
+    limit = f"max_iter={max_iter}"
+    forward = _Report("fixed_point", "|x_{k+1} - x_k|_inf / (1 + |x_{k+1}|_inf)",
+                      f"{_FIX}, or check that f contracts near x* (|df/dx| < 1)", limit)
+    if adjoint == "gmres":
+        measure, fix = "|u - (df/dx)^T u - x_bar|_2 / |x_bar|_2 (GMRES; iterations are restarts)", _FIX
+    else:
+        measure = "|u_{k+1} - u_k|_inf / |u_{k+1}|_inf for u = x_bar + (df/dx)^T u"
+        fix = f"{_FIX}, use adjoint='gmres' (for a slowly contracting f)"
+    return forward, _Report("fixed_point", measure, fix, limit, adjoint=True)
 
 
 @primitive(
@@ -115,10 +179,19 @@ def _fixed_point_adjoint(f, x_star, theta, x_bar, tol, max_iter, adjoint):
         (_deq_layer, np.zeros(3), (_W3, _V3)),
         (_contraction, np.zeros(3, np.float32), _V3.astype(np.float32)),
         (_contraction, np.zeros(2, np.complex128), _Z2),
+        (jax.tree_util.Partial(_scaled_contraction, np.array(0.8)), np.zeros(3), _V3),
     ]
 )
 def fixed_point(
-    f: Callable, x0: PyTree, theta: PyTree, *, tol: float = 1e-12, max_iter: int = 1000, adjoint: str = "iterate"
+    f: Callable,
+    x0: PyTree,
+    theta: PyTree,
+    *,
+    tol: float = 1e-12,
+    max_iter: int = 1000,
+    adjoint: str = "iterate",
+    throw: bool = True,
+    full_output: bool = False,
 ) -> PyTree:
     """The fixed point x* = f(x*, theta), by iteration; differentiated implicitly.
 
@@ -129,24 +202,40 @@ def fixed_point(
     the number of iterations.
 
     Args:
-      f: `f(x, theta) -> x`, a contraction in x near x*. A static argument: hashable (a
-        module-level function is best). It must not close over traced values: f is a key of
-        the lowering's cache, not an input of the rule, so JAX cannot differentiate what it
-        captures (it would meet the bare while_loop or leak a tracer), and a closure built
-        anew on every trace is a new cache entry every time. Pass such values in `theta`; a
-        closure over a tracer raises `StaticArgumentError`.
+      f: `f(x, theta) -> x`, a contraction in x near x*: a function, or a callable pytree
+        (an `equinox.Module`, a `jax.tree_util.Partial`) whose array leaves are
+        differentiated like theta (f's cotangent is then a pytree of f's type; NoTangent()
+        for a plain function). What is not an array leaf is static: hashable, and a key of
+        the jit caches (a module-level function is best). f must not close over traced
+        values: a closure is static, so JAX could not differentiate what it captures (it
+        would meet the bare while_loop or leak a tracer), and a closure built anew on every
+        trace is a new cache entry every time. Pass such values in `theta` or hold them in a
+        pytree f; a closure over a tracer raises `StaticArgumentError`. Arrays a closure
+        captures concretely are constants.
       x0: the starting iterate (a pytree of arrays). x* does not depend on it: its
         cotangent is `ZeroTangent()`.
       theta: the parameters, any pytree (int leaves are not differentiated).
       tol: stop when |x_{k+1} - x_k|_inf <= tol (1 + |x_{k+1}|_inf), never tighter than 10 eps
-        of the dtype; also the tolerance of the adjoint solve. The default is tight because
-        the implicit gradient is exact only at x*: its error follows x*'s.
+        of the dtype; also the tolerance of the adjoint solve (relative). The default is tight
+        because the implicit gradient is exact only at x*: its error follows x*'s.
       max_iter: at most this many iterations (forward, and adjoint).
       adjoint: "iterate" (u <- x_bar + (df/dx)^T u, which converges at the forward
         iteration's rate) or "gmres" (GMRES on I - (df/dx)^T, for slowly contracting maps).
+      throw: raise `ConvergenceError` when the forward or the adjoint solve stops without
+        meeting tol (max_iter reached, or NaN/inf). Under `jax.jit` and `jax.vmap` the check
+        runs on the device and raises when the result is computed (if any batch element
+        failed), as a `JaxRuntimeError` carrying the same message. False: no check; the
+        last iterate is returned as it is.
+      full_output: also return a `SolveInfo`; its residual is
+        |x_{k+1} - x_k|_inf / (1 + |x_{k+1}|_inf). Only x is differentiated.
 
     Returns:
-      x*, with f's output structure and dtypes.
+      x*, with f's output structure and dtypes; `(x*, SolveInfo)` with full_output=True.
+
+    Raises:
+      ConvergenceError: the iteration did not converge (with throw=True).
+      ValueError: f's output is not shaped like x0, or an unknown adjoint.
+      StaticArgumentError: f closes over a traced value, or holds an unhashable non-array.
 
     >>> import jax, jax.numpy as jnp
     >>> from rules.library.implicit import fixed_point
@@ -156,27 +245,50 @@ def fixed_point(
     >>> g = jax.grad(lambda t: fixed_point(_contraction, 0.0, t))(1.0)   # 1 / (1 - sech(x*)^2 / 2)
     >>> round(float(g), 6)
     1.110237
+    >>> def slow(x, a):
+    ...     return 0.999 * x + a                  # x* = 1000 a, reached after ~30000 steps
+    >>> x, info = fixed_point(slow, 0.0, 1.0, max_iter=10, throw=False, full_output=True)
+    >>> round(float(x), 3), int(info.iterations), bool(info.converged)
+    (9.955, 10, False)
+    >>> fixed_point(slow, 0.0, 1.0, max_iter=10)
+    Traceback (most recent call last):
+      ...
+    rules.library._implicit_common.ConvergenceError: `fixed_point`: its solver stopped before meeting its tolerance, ...
 
-    See also: `root`, `argmin`, `linear_solve`, `jax.lax.custom_root`.
+    See also: `root`, `argmin`, `linear_solve`, `jax.lax.custom_root`, `optimistix.fixed_point`.
     """
-    _check_static_callable(f, "fixed_point", "f")
     if adjoint not in ("iterate", "gmres"):
         raise ValueError(f"`fixed_point`: adjoint must be 'iterate' or 'gmres'; got {adjoint!r}.")
-    return _iterate(f, x0, theta, _tol(tol), max_iter)
+    bound, arrays = _bind(f, "fixed_point", "f")
+    x, info = _iterate(bound, x0, (arrays, theta), _tol(tol), max_iter)
+    report, _ = _fixed_point_reports(max_iter, adjoint)
+    return _finish(x, info, tol, report, throw, full_output)
 
 
 @fixed_point.rrule
-def fixed_point_rrule(f, x0, theta, *, tol=1e-12, max_iter=1000, adjoint="iterate"):
-    x_star = fixed_point(f, x0, theta, tol=tol, max_iter=max_iter, adjoint=adjoint)
+def fixed_point_rrule(f, x0, theta, *, tol=1e-12, max_iter=1000, adjoint="iterate", throw=True, full_output=False):
+    x_star, info = fixed_point(f, x0, theta, tol=tol, max_iter=max_iter, adjoint=adjoint, throw=throw, full_output=True)
+    bound, arrays = _bind(f, "fixed_point", "f")
     project_theta = ProjectTo(theta)
     x0_bar = _x0_cotangent(x0)
+    _, report = _fixed_point_reports(max_iter, adjoint)
 
-    def fixed_point_pullback(x_bar):
-        x_bar = _cast_like(_dense(unthunk(x_bar), x_star), x_star)
-        theta_bar = _fixed_point_adjoint(f, x_star, theta, x_bar, _tol(tol), max_iter, adjoint)
-        return NoTangent(), NoTangent(), x0_bar, project_theta(theta_bar)
+    def fixed_point_pullback(y_bar):
+        x_bar = _x_cotangent(y_bar, full_output)
+        if isinstance(x_bar, AbstractZero):
+            return NoTangent(), bound.cotangent(ZeroTangent(), arrays), x0_bar, project_theta(ZeroTangent())
+        x_bar = _cast_like(_dense(x_bar, x_star), x_star)
+        params = (arrays, theta)
+        eager, solve_report = _adjoint_mode(throw, report, x_bar, x_star, params)
+        params_bar, adjoint_info = _fixed_point_adjoint(
+            bound, x_star, params, x_bar, _tol(tol), max_iter, adjoint, eager, solve_report
+        )
+        if throw and eager:
+            params_bar = _check_converged(params_bar, adjoint_info, tol, x_star, report)
+        arrays_bar, theta_bar = params_bar
+        return NoTangent(), bound.cotangent(arrays_bar, arrays), x0_bar, project_theta(theta_bar)
 
-    return x_star, fixed_point_pullback
+    return ((x_star, info) if full_output else x_star), fixed_point_pullback
 
 
 # ----- root ---------------------------------------------------------------------------------
@@ -195,7 +307,7 @@ def _check_vector(x0: Any, api: str) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnames=("F", "max_iter"))
-def _newton(F: Callable, x0: jax.Array, theta: PyTree, tol: Any, max_iter: int) -> jax.Array:
+def _newton(F: Callable, x0: jax.Array, theta: PyTree, tol: Any, max_iter: int) -> tuple[jax.Array, SolveInfo]:
     """Damped Newton: the full step near the root; halved while |F|^2 does not decrease enough."""
     out = jax.eval_shape(F, x0, theta)
     if out.shape != x0.shape:
@@ -213,11 +325,11 @@ def _newton(F: Callable, x0: jax.Array, theta: PyTree, tol: Any, max_iter: int) 
         return jnp.sum(F(x, theta) ** 2)
 
     def cond(state):
-        k, _, done = state
-        return (k < max_iter) & ~done
+        k, _, residual, converged = state
+        return (k < max_iter) & ~converged & ~jnp.isnan(residual)
 
     def body(state):
-        k, x, _ = state
+        k, x, _, _ = state
         fx = F(x, theta).astype(x.dtype)
         step = jnp.linalg.solve(jax.jacrev(F)(x, theta).astype(x.dtype), -fx)
         r0 = jnp.sum(fx**2)
@@ -232,10 +344,13 @@ def _newton(F: Callable, x0: jax.Array, theta: PyTree, tol: Any, max_iter: int) 
 
         t, _ = jax.lax.while_loop(too_long, halve, (jnp.ones((), x.dtype), sq_residual(x + step)))
         x_new = x + t * step
-        return k + 1, x_new, _converged(t * step, x_new, tol) | (r0 == 0)
+        exact = r0 == 0
+        residual = jnp.where(exact, 0.0, _relative_step(t * step, x_new))
+        return k + 1, x_new, residual, _converged(t * step, x_new, tol) | exact
 
-    _, x_star, _ = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), x0, jnp.zeros((), bool)))
-    return x_star
+    init = (jnp.zeros((), jnp.int32), x0, jnp.full((), jnp.inf, jnp.result_type(float)), jnp.zeros((), bool))
+    k, x_star, residual, converged = jax.lax.while_loop(cond, body, init)
+    return x_star, SolveInfo(residual, k, converged)
 
 
 @functools.partial(jax.jit, static_argnames=("F",))
@@ -252,7 +367,16 @@ def _root_adjoint(F, x_star, theta, x_bar):
         (_coupled, np.zeros(3), (_A3, _V3)),
     ]
 )
-def root(F: Callable, x0: jax.Array, theta: PyTree, *, tol: float = 1e-12, max_iter: int = 50) -> jax.Array:
+def root(
+    F: Callable,
+    x0: jax.Array,
+    theta: PyTree,
+    *,
+    tol: float = 1e-12,
+    max_iter: int = 50,
+    throw: bool = True,
+    full_output: bool = False,
+) -> jax.Array:
     """A root x* of F(x, theta) = 0, by Newton's method; differentiated implicitly.
 
     Why a rule: Newton's loop is a `lax.while_loop` (no reverse mode in JAX), and the
@@ -264,18 +388,24 @@ def root(F: Callable, x0: jax.Array, theta: PyTree, *, tol: float = 1e-12, max_i
     (up to a few hundred unknowns) started in the basin of the wanted root.
 
     Args:
-      F: `F(x, theta) -> residual`, as many equations as unknowns; a static, hashable
-        callable that must not close over traced values (pass parameters in `theta`; see
-        `fixed_point`).
+      F: `F(x, theta) -> residual`, as many equations as unknowns; a function or a callable
+        pytree whose array leaves are differentiated like theta; it must not close over
+        traced values (pass parameters in `theta`; see `fixed_point`).
       x0: the starting point, a 1-D real float array; its cotangent is `ZeroTangent()`.
       theta: the parameters, any pytree.
       tol: stop when the Newton step is at most tol (1 + |x|_inf), never tighter than 10 eps.
       max_iter: at most this many Newton steps.
+      throw: raise `ConvergenceError` when Newton stops without meeting tol (max_iter
+        reached, or NaN/inf, e.g. a singular Jacobian); under `jax.jit` a runtime error with
+        the same message (see `fixed_point`). False: no check.
+      full_output: also return a `SolveInfo`; its residual is the last step
+        |t dx|_inf / (1 + |x|_inf) (0 where F(x) = 0 exactly).
 
     Returns:
-      x*, with F(x*, theta) ~ 0, shaped like x0.
+      x*, with F(x*, theta) ~ 0, shaped like x0; `(x*, SolveInfo)` with full_output=True.
 
     Raises:
+      ConvergenceError: Newton's method did not converge (with throw=True).
       ValueError: x0 is not a 1-D real vector, or F's output is not shaped like x0.
 
     >>> import jax, jax.numpy as jnp
@@ -287,54 +417,72 @@ def root(F: Callable, x0: jax.Array, theta: PyTree, *, tol: float = 1e-12, max_i
     >>> dx = jax.grad(lambda t: root(_cubic, jnp.zeros(1), t)[0])(jnp.array([2.0]))   # 1 / (3 x^2 + 1)
     >>> round(float(dx[0]), 8)
     0.25
+    >>> x, info = root(_cubic, jnp.zeros(1), jnp.array([2.0]), full_output=True)
+    >>> bool(info.converged), int(info.iterations) < 10
+    (True, True)
 
-    See also: `fixed_point`, `argmin`, `jax.lax.custom_root`.
+    See also: `fixed_point`, `argmin`, `jax.lax.custom_root`, `optimistix.root_find`.
     """
-    _check_static_callable(F, "root", "F")
-    return _newton(F, _check_vector(x0, "root"), theta, _tol(tol), max_iter)
+    bound, arrays = _bind(F, "root", "F")
+    x0 = _check_vector(x0, "root")
+    x, info = _newton(bound, x0, (arrays, theta), _tol(tol), max_iter)
+    report = _Report("root", "|t dx|_inf / (1 + |x|_inf), the last damped Newton step",
+                     f"{_FIX}, or start x0 nearer the root (Newton converges from its basin)", f"max_iter={max_iter}")
+    return _finish(x, info, tol, report, throw, full_output)
 
 
 @root.rrule
-def root_rrule(F, x0, theta, *, tol=1e-12, max_iter=50):
-    x_star = root(F, x0, theta, tol=tol, max_iter=max_iter)
+def root_rrule(F, x0, theta, *, tol=1e-12, max_iter=50, throw=True, full_output=False):
+    x_star, info = root(F, x0, theta, tol=tol, max_iter=max_iter, throw=throw, full_output=True)
+    bound, arrays = _bind(F, "root", "F")
     project_theta = ProjectTo(theta)
     x0_bar = _x0_cotangent(x0)
 
-    def root_pullback(x_bar):
-        x_bar = _cast_like(_dense(unthunk(x_bar), x_star), x_star)
-        return NoTangent(), NoTangent(), x0_bar, project_theta(_root_adjoint(F, x_star, theta, x_bar))
+    def root_pullback(y_bar):
+        x_bar = _x_cotangent(y_bar, full_output)
+        if isinstance(x_bar, AbstractZero):
+            return NoTangent(), bound.cotangent(ZeroTangent(), arrays), x0_bar, project_theta(ZeroTangent())
+        x_bar = _cast_like(_dense(x_bar, x_star), x_star)
+        arrays_bar, theta_bar = _root_adjoint(bound, x_star, (arrays, theta), x_bar)
+        return NoTangent(), bound.cotangent(arrays_bar, arrays), x0_bar, project_theta(theta_bar)
 
-    return x_star, root_pullback
+    return ((x_star, info) if full_output else x_star), root_pullback
 
 
 # ----- linear_solve -------------------------------------------------------------------------
-def _krylov(op: Callable, b: PyTree, tol: Any, method: str, maxiter: int | None) -> PyTree:
-    tol = _floor_tol(tol, b)
-    if method == "cg":
-        return jax.scipy.sparse.linalg.cg(op, b, tol=tol, atol=0.0, maxiter=maxiter)[0]
-    size = sum(np.size(leaf) for leaf in jax.tree_util.tree_leaves(b))
-    return jax.scipy.sparse.linalg.gmres(op, b, tol=tol, atol=0.0, restart=min(20, max(1, size)),
-                                         maxiter=maxiter, solve_method="batched")[0]
-
-
 @functools.partial(jax.jit, static_argnames=("matvec", "method", "maxiter"))
 def _linear_solve_forward(matvec, b, theta, tol, method, maxiter):
     out = jax.eval_shape(matvec, b, theta)
     b = _cast_like(b, out)
-    return _krylov(lambda v: _cast_like(matvec(v, theta), b), b, tol, method, maxiter)
+    loop = _krylov_loop(method, b, maxiter)
+    return _forward_solve(loop, lambda v: _cast_like(matvec(v, theta), b), b, _floor_tol(tol, b), method == "cg")
 
 
-@functools.partial(jax.jit, static_argnames=("matvec", "method", "symmetric", "maxiter"))
-def _linear_solve_adjoint(matvec, x, theta, x_bar, tol, method, symmetric, maxiter):
+@functools.partial(jax.jit, static_argnames=("matvec", "method", "symmetric", "maxiter", "eager", "report"))
+def _linear_solve_adjoint(matvec, x, theta, x_bar, tol, method, symmetric, maxiter, eager, report):
     """A^H u = x_bar (ChainRules' convention), then theta_bar = (d(A x)/dtheta)^T (-u)."""
     if symmetric:
         adjoint_op = lambda v: _cast_like(matvec(v, theta), x)  # noqa: E731
     else:
         transpose = jax.linear_transpose(lambda v: _cast_like(matvec(v, theta), x), x)
         adjoint_op = lambda v: _tree_conj(transpose(_tree_conj(v))[0])  # noqa: E731
-    u = _krylov(adjoint_op, x_bar, tol, method, maxiter)
+    loop = _krylov_loop(method, x_bar, maxiter)
+    u, info = _adjoint_solve(loop, adjoint_op, x_bar, _floor_tol(tol, x_bar), method == "cg", eager, report)
     _, matvec_pullback = rrule_via_ad(matvec, x, theta)
-    return u, unthunk(matvec_pullback(_tree_neg(u))[2])
+    return u, unthunk(matvec_pullback(_tree_neg(u))[2]), info
+
+
+def _linear_solve_report(method: str, maxiter: int | None, adjoint: bool = False) -> _Report:
+    system = "A^H u = x_bar" if adjoint else "A x = b"
+    fix = "raise maxiter, loosen tol, " + (
+        "check that A is Hermitian positive definite (else use method='gmres')" if method == "cg"
+        else "check that A is invertible"
+    )
+    limit = f"maxiter={maxiter}" if maxiter is not None else "the default maxiter, 10 n"
+    if method == "gmres":
+        limit += "; GMRES counts restarts"
+    measure = f"|r|_2 / |rhs|_2 for {system} ({method})"
+    return _Report("linear_solve", measure, fix, limit, adjoint=adjoint)
 
 
 @primitive(
@@ -352,6 +500,8 @@ def linear_solve(
     symmetric: bool | None = None,
     tol: float = 1e-12,
     maxiter: int | None = None,
+    throw: bool = True,
+    full_output: bool = False,
 ) -> PyTree:
     """x = A(theta)^-1 b for a matrix-free operator `matvec(x, theta) = A(theta) x`, by CG or GMRES.
 
@@ -362,23 +512,32 @@ def linear_solve(
     JAX's own `cg`/`gmres` differentiate implicitly too (for what the operator closes over);
     here the operator's parameters are an explicit argument with a ChainRules rule, which
     `rrule_via_ad` compositions and the testers see, and the gradients agree with JAX's.
+    The solvers are JAX's algorithms (CG; GMRES restarted every min(20, n) steps), written
+    here to report their convergence, which JAX's do not.
 
     Args:
-      matvec: `matvec(x, theta) -> A x`, linear in x; a static, hashable callable that must
-        not close over traced values (pass parameters in `theta`; see `fixed_point`).
+      matvec: `matvec(x, theta) -> A x`, linear in x; a function or a callable pytree whose
+        array leaves are differentiated like theta; it must not close over traced values
+        (pass parameters in `theta`; see `fixed_point`).
       b: the right-hand side (an array or a pytree of arrays; complex allowed).
       theta: the operator's parameters, any pytree (`()` for none).
       method: "cg" (A Hermitian positive definite) or "gmres" (any invertible A).
       symmetric: A is self-adjoint (A^T = A real, A^H = A complex), so the adjoint solve
         reuses `matvec`; default: True for "cg" (which requires it), False for "gmres".
-      tol: relative residual tolerance |A x - b| <= tol |b| (forward and adjoint), never
-        tighter than 10 eps.
-      maxiter: as in `jax.scipy.sparse.linalg.cg` / `gmres` (for GMRES, restarts).
+      tol: relative residual tolerance |A x - b|_2 <= tol |b|_2 (forward and adjoint), never
+        tighter than 10 eps. (CG tests its recursively updated residual, GMRES the true one.)
+      maxiter: as in `jax.scipy.sparse.linalg.cg` / `gmres` (for GMRES, restarts); default 10 n.
+      throw: raise `ConvergenceError` when the forward or the adjoint solve stops without
+        meeting tol (maxiter reached, or NaN/inf); under `jax.jit` a runtime error with the
+        same message (see `fixed_point`). False: no check.
+      full_output: also return a `SolveInfo`; its residual is |r|_2 / |b|_2 and its
+        iterations are CG steps or GMRES restarts.
 
     Returns:
-      x, shaped like b.
+      x, shaped like b; `(x, SolveInfo)` with full_output=True.
 
     Raises:
+      ConvergenceError: the solve did not converge (with throw=True).
       ValueError: an unknown method, or method "cg" with symmetric=False.
 
     >>> import jax, jax.numpy as jnp
@@ -389,10 +548,12 @@ def linear_solve(
     Array([1., 0.], dtype=float64)
     >>> jax.grad(lambda b: linear_solve(_spd_matvec, b, a)[0])(jnp.array([2.0, 2.0])).round(6)
     Array([ 0.75, -0.25], dtype=float64)
+    >>> x, info = linear_solve(_spd_matvec, jnp.array([2.0, 2.0]), a, full_output=True)
+    >>> int(info.iterations), bool(info.converged)    # CG: at most n steps in exact arithmetic
+    (2, True)
 
-    See also: `jax.scipy.sparse.linalg.cg`, `jax.lax.custom_linear_solve`, `root`.
+    See also: `jax.scipy.sparse.linalg.cg`, `jax.lax.custom_linear_solve`, `root`, `lineax.linear_solve`.
     """
-    _check_static_callable(matvec, "linear_solve", "matvec")
     if method not in ("cg", "gmres"):
         raise ValueError(f"`linear_solve`: method must be 'cg' or 'gmres'; got {method!r}.")
     if method == "cg" and symmetric is False:
@@ -400,26 +561,46 @@ def linear_solve(
             "`linear_solve`: method='cg' needs a self-adjoint positive definite operator, but "
             "symmetric=False was given; use method='gmres' for a nonsymmetric operator."
         )
-    return _linear_solve_forward(matvec, b, theta, _tol(tol), method, maxiter)
+    bound, arrays = _bind(matvec, "linear_solve", "matvec")
+    x, info = _linear_solve_forward(bound, b, (arrays, theta), _tol(tol), method, maxiter)
+    return _finish(x, info, tol, _linear_solve_report(method, maxiter), throw, full_output)
 
 
 @linear_solve.rrule
-def linear_solve_rrule(matvec, b, theta, *, method="cg", symmetric=None, tol=1e-12, maxiter=None):
-    x = linear_solve(matvec, b, theta, method=method, symmetric=symmetric, tol=tol, maxiter=maxiter)
+def linear_solve_rrule(
+    matvec, b, theta, *, method="cg", symmetric=None, tol=1e-12, maxiter=None, throw=True, full_output=False
+):
+    x, info = linear_solve(matvec, b, theta, method=method, symmetric=symmetric, tol=tol, maxiter=maxiter,
+                           throw=throw, full_output=True)
+    bound, arrays = _bind(matvec, "linear_solve", "matvec")
     project_b, project_theta = ProjectTo(b), ProjectTo(theta)
     symmetric = (method == "cg") if symmetric is None else symmetric
+    report = _linear_solve_report(method, maxiter, adjoint=True)
 
-    def linear_solve_pullback(x_bar):
-        x_bar = _cast_like(_dense(unthunk(x_bar), x), x)
-        u, theta_bar = _linear_solve_adjoint(matvec, x, theta, x_bar, _tol(tol), method, symmetric, maxiter)
-        return NoTangent(), NoTangent(), project_b(u), project_theta(theta_bar)
+    def linear_solve_pullback(y_bar):
+        x_bar = _x_cotangent(y_bar, full_output)
+        if isinstance(x_bar, AbstractZero):
+            zero = ZeroTangent()
+            return NoTangent(), bound.cotangent(zero, arrays), project_b(zero), project_theta(zero)
+        x_bar = _cast_like(_dense(x_bar, x), x)
+        params = (arrays, theta)
+        eager, solve_report = _adjoint_mode(throw, report, x_bar, x, params)
+        u, params_bar, adjoint_info = _linear_solve_adjoint(
+            bound, x, params, x_bar, _tol(tol), method, symmetric, maxiter, eager, solve_report
+        )
+        if throw and eager:
+            u, params_bar = _check_converged((u, params_bar), adjoint_info, tol, x, report)
+        arrays_bar, theta_bar = params_bar
+        return NoTangent(), bound.cotangent(arrays_bar, arrays), project_b(u), project_theta(theta_bar)
 
-    return x, linear_solve_pullback
+    return ((x, info) if full_output else x), linear_solve_pullback
 
 
 # ----- argmin -------------------------------------------------------------------------------
 @functools.partial(jax.jit, static_argnames=("loss", "method", "max_iter"))
-def _minimise(loss: Callable, x0: PyTree, theta: PyTree, tol: Any, method: str, max_iter: int) -> PyTree:
+def _minimise(
+    loss: Callable, x0: PyTree, theta: PyTree, tol: Any, method: str, max_iter: int
+) -> tuple[PyTree, SolveInfo]:
     """Newton (dense Hessian, Cholesky) or gradient descent, both with Armijo backtracking."""
     flat0, unravel = ravel_pytree(x0)
     tol = _floor_tol(tol, flat0)
@@ -438,11 +619,11 @@ def _minimise(loss: Callable, x0: PyTree, theta: PyTree, tol: Any, method: str, 
         return jnp.where(jnp.all(jnp.isfinite(d)), d, -g)  # H not positive definite: -g
 
     def cond(state):
-        k, _, _, done = state
-        return (k < max_iter) & ~done
+        k, _, _, residual, converged = state
+        return (k < max_iter) & ~converged & ~jnp.isnan(residual)
 
     def body(state):
-        k, x, t_prev, _ = state
+        k, x, t_prev, _, _ = state
         g = grad(x)
         d = direction(x, g)
         f0, slope = value(x), jnp.dot(g, d)
@@ -458,15 +639,19 @@ def _minimise(loss: Callable, x0: PyTree, theta: PyTree, tol: Any, method: str, 
         t0 = jnp.ones_like(t_prev) if method == "newton" else jnp.minimum(2 * t_prev, 1e6)
         t, _ = jax.lax.while_loop(too_long, halve, (t0, value(x + t0 * d)))
         x_new = x + t * d
-        return k + 1, x_new, t, _converged(t * d, x_new, tol) | jnp.all(g == 0)
+        stationary = jnp.all(g == 0)
+        residual = jnp.where(stationary, 0.0, _relative_step(t * d, x_new))
+        return k + 1, x_new, t, residual, _converged(t * d, x_new, tol) | stationary
 
     one = jnp.ones((), flat0.dtype)
-    _, x_star, _, _ = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), flat0, one, jnp.zeros((), bool)))
-    return unravel(x_star)
+    inf = jnp.full((), jnp.inf, jnp.result_type(float))
+    init = (jnp.zeros((), jnp.int32), flat0, one, inf, jnp.zeros((), bool))
+    k, x_star, _, residual, converged = jax.lax.while_loop(cond, body, init)
+    return unravel(x_star), SolveInfo(residual, k, converged)
 
 
-@functools.partial(jax.jit, static_argnames=("loss",))
-def _argmin_adjoint(loss, x_star, theta, x_bar, tol):
+@functools.partial(jax.jit, static_argnames=("loss", "eager", "report"))
+def _argmin_adjoint(loss, x_star, theta, x_bar, tol, eager, report):
     """H u = -x_bar by CG (Hessian-vector products), then theta_bar = (d grad_x loss / dtheta)^T u."""
 
     def grad_x(x, th):
@@ -475,9 +660,10 @@ def _argmin_adjoint(loss, x_star, theta, x_bar, tol):
     def hvp(v):
         return jax.jvp(lambda x: grad_x(x, theta), (x_star,), (v,))[1]
 
-    u, _ = jax.scipy.sparse.linalg.cg(hvp, _tree_neg(x_bar), tol=_floor_tol(tol, x_star), atol=0.0)
+    loop = _krylov_loop("cg", x_bar, None)
+    u, info = _adjoint_solve(loop, hvp, _tree_neg(x_bar), _floor_tol(tol, x_star), True, eager, report)
     _, grad_pullback = rrule_via_ad(grad_x, x_star, theta)
-    return unthunk(grad_pullback(u)[2])
+    return unthunk(grad_pullback(u)[2]), info
 
 
 @primitive(
@@ -486,7 +672,15 @@ def _argmin_adjoint(loss, x_star, theta, x_bar, tol):
     ]
 )
 def argmin(
-    loss: Callable, x0: PyTree, theta: PyTree, *, method: str = "newton", tol: float = 1e-12, max_iter: int = 1000
+    loss: Callable,
+    x0: PyTree,
+    theta: PyTree,
+    *,
+    method: str = "newton",
+    tol: float = 1e-12,
+    max_iter: int = 1000,
+    throw: bool = True,
+    full_output: bool = False,
 ) -> PyTree:
     """x* = argmin_x loss(x, theta), a strict local minimiser; differentiated implicitly.
 
@@ -497,9 +691,9 @@ def argmin(
     theta_bar = (d^2 loss / dx dtheta)^T u. This is the bilevel-optimisation gradient.
 
     Args:
-      loss: `loss(x, theta) -> real scalar`, twice differentiable in x; a static, hashable
-        callable that must not close over traced values (pass data in `theta`; see
-        `fixed_point`).
+      loss: `loss(x, theta) -> real scalar`, twice differentiable in x; a function or a
+        callable pytree whose array leaves are differentiated like theta; it must not close
+        over traced values (pass data in `theta`; see `fixed_point`).
       x0: the starting point (a pytree of real float arrays); its cotangent is `ZeroTangent()`.
       theta: the parameters, any pytree.
       method: "newton" (default: dense Hessian of the raveled x solved by Cholesky,
@@ -507,13 +701,19 @@ def argmin(
         Hessian is not positive definite) or "gradient_descent" (no Hessian; linear
         convergence, for larger problems). Both use an Armijo backtracking line search.
       tol: stop when the step is at most tol (1 + |x|_inf) (never tighter than 10 eps); also
-        CG's relative tolerance in the pullback.
+        CG's relative tolerance in the pullback (at most 10 n CG steps).
       max_iter: at most this many steps.
+      throw: raise `ConvergenceError` when the optimiser or the pullback's CG stops without
+        meeting tol (max_iter reached, or NaN/inf); under `jax.jit` a runtime error with the
+        same message (see `fixed_point`). False: no check.
+      full_output: also return a `SolveInfo`; its residual is the last step
+        |t d|_inf / (1 + |x|_inf) (0 where the gradient is exactly 0).
 
     Returns:
-      x*, shaped like x0.
+      x*, shaped like x0; `(x*, SolveInfo)` with full_output=True.
 
     Raises:
+      ConvergenceError: the optimiser did not converge (with throw=True).
       ValueError: an unknown method, or x0 not real.
 
     >>> import jax, jax.numpy as jnp
@@ -524,24 +724,44 @@ def argmin(
     Array([ 0.5, -2. ], dtype=float64)
     >>> jax.grad(lambda b: jnp.sum(argmin(_quadratic, jnp.zeros(2), (a, b))))(jnp.array([1.0, -2.0])).round(6)
     Array([0.5, 1. ], dtype=float64)
+    >>> x, info = argmin(_quadratic, jnp.zeros(2), (a, jnp.array([1.0, -2.0])), full_output=True)
+    >>> bool(info.converged), int(info.iterations)      # Newton on a quadratic: one step, one check
+    (True, 2)
 
-    See also: `root`, `fixed_point`, `linear_solve`.
+    See also: `root`, `fixed_point`, `linear_solve`, `optimistix.minimise`.
     """
-    _check_static_callable(loss, "argmin", "loss")
     if method not in ("newton", "gradient_descent"):
         raise ValueError(f"`argmin`: method must be 'newton' or 'gradient_descent'; got {method!r}.")
     _check_real(x0, "argmin")
-    return _minimise(loss, x0, theta, _tol(tol), method, max_iter)
+    bound, arrays = _bind(loss, "argmin", "loss")
+    x, info = _minimise(bound, x0, (arrays, theta), _tol(tol), method, max_iter)
+    report = _Report("argmin", f"|t d|_inf / (1 + |x|_inf), the last {method} step",
+                     f"{_FIX}" + (", or use method='newton'" if method == "gradient_descent" else ""),
+                     f"max_iter={max_iter}")
+    return _finish(x, info, tol, report, throw, full_output)
 
 
 @argmin.rrule
-def argmin_rrule(loss, x0, theta, *, method="newton", tol=1e-12, max_iter=1000):
-    x_star = argmin(loss, x0, theta, method=method, tol=tol, max_iter=max_iter)
+def argmin_rrule(loss, x0, theta, *, method="newton", tol=1e-12, max_iter=1000, throw=True, full_output=False):
+    x_star, info = argmin(loss, x0, theta, method=method, tol=tol, max_iter=max_iter, throw=throw, full_output=True)
+    bound, arrays = _bind(loss, "argmin", "loss")
     project_theta = ProjectTo(theta)
     x0_bar = _x0_cotangent(x0)
+    report = _Report("argmin", "|H u + x_bar|_2 / |x_bar|_2 (CG on Hessian-vector products)",
+                     "loosen tol, or check that x* is a strict local minimiser (H positive definite)",
+                     "at most 10 n CG steps", adjoint=True)
 
-    def argmin_pullback(x_bar):
-        x_bar = _cast_like(_dense(unthunk(x_bar), x_star), x_star)
-        return NoTangent(), NoTangent(), x0_bar, project_theta(_argmin_adjoint(loss, x_star, theta, x_bar, _tol(tol)))
+    def argmin_pullback(y_bar):
+        x_bar = _x_cotangent(y_bar, full_output)
+        if isinstance(x_bar, AbstractZero):
+            return NoTangent(), bound.cotangent(ZeroTangent(), arrays), x0_bar, project_theta(ZeroTangent())
+        x_bar = _cast_like(_dense(x_bar, x_star), x_star)
+        params = (arrays, theta)
+        eager, solve_report = _adjoint_mode(throw, report, x_bar, x_star, params)
+        params_bar, adjoint_info = _argmin_adjoint(bound, x_star, params, x_bar, _tol(tol), eager, solve_report)
+        if throw and eager:
+            params_bar = _check_converged(params_bar, adjoint_info, tol, x_star, report)
+        arrays_bar, theta_bar = params_bar
+        return NoTangent(), bound.cotangent(arrays_bar, arrays), x0_bar, project_theta(theta_bar)
 
-    return x_star, argmin_pullback
+    return ((x_star, info) if full_output else x_star), argmin_pullback

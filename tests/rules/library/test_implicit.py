@@ -1,5 +1,8 @@
 """rules.library.implicit: implicit differentiation against unrolled differentiation, and what it does better."""
 
+from typing import Any, Callable
+
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,7 +21,7 @@ from rules.library._implicit_common import (
     _shifted_matvec,
     _spd_matvec,
 )
-from rules.library.implicit import argmin, fixed_point, linear_solve, root
+from rules.library.implicit import ConvergenceError, SolveInfo, argmin, fixed_point, linear_solve, root
 
 CASES = [
     pytest.param(f, ex, id=f"{function_name(f)}-{k}")
@@ -32,6 +35,7 @@ A = jnp.array([[3.0, 0.5, -0.2], [0.4, 2.5, 0.3], [-0.1, 0.6, 2.8]])
 FEATURES = jnp.array([[0.5, -1.0, 0.3], [1.2, 0.4, -0.7], [-0.3, 0.8, 1.1], [0.9, -0.2, 0.6]])
 LABELS = jnp.array([1.0, 0.0, 1.0, 0.3])
 SEED = jnp.array([0.7, -1.3, 0.4])  # a fixed output cotangent
+WIDE = jnp.asarray(np.random.default_rng(0).normal(scale=2.0, size=(30, 30)))  # 4 I + WIDE: GMRES(20) restarts
 
 
 def assert_trees_close(got, want, rtol):
@@ -188,12 +192,42 @@ def test_hessian_works_forward_over_reverse():
     np.testing.assert_allclose(jax.hessian(loss)(t), jax.hessian(unrolled)(t), rtol=1e-6, atol=1e-12)
 
 
+def test_second_derivatives_of_linear_solve_both_ways():
+    # the Krylov solvers that report convergence keep JAX's cg's derivatives: forward over
+    # reverse (jax.hessian) and reverse over reverse, equal to the dense solve's
+    b = jnp.array([1.0, -2.0, 0.5])
+
+    def ours(b):
+        return jnp.sum(linear_solve(_spd_matvec, b, W) ** 2)
+
+    def dense(b):
+        return jnp.sum(jnp.linalg.solve(W.T @ W + jnp.eye(3), b) ** 2)
+
+    want = jax.hessian(dense)(b)
+    np.testing.assert_allclose(jax.hessian(ours)(b), want, rtol=1e-9)
+    np.testing.assert_allclose(jax.grad(lambda b: SEED @ jax.grad(ours)(b))(b), want @ SEED, rtol=1e-9)
+
+
+def test_forward_mode_through_the_transposed_pullback():
+    # the adjoint solves are transposable linear solves (their convergence check inside), so
+    # the lowering's forward mode from an rrule alone (the transposed pullback) serves them
+    t_dot = jnp.array([1.0, 0.5, -2.0])
+    cases = [
+        lambda t: fixed_point(_deq_layer, jnp.zeros(3), (W, t)),
+        lambda t: linear_solve(_spd_matvec, t, W),
+    ]
+    for f in cases:
+        _, y_dot = jax.jvp(f, (B,), (t_dot,))
+        np.testing.assert_allclose(y_dot, jax.jacrev(f)(B) @ t_dot, rtol=1e-9)
+
+
 def test_a_closure_over_a_traced_value_is_refused():
     def loss(a):
         return jnp.sum(fixed_point(lambda x, theta: _contraction(x, theta) + a, jnp.zeros(2), jnp.ones(2)))
 
-    with pytest.raises(rules.StaticArgumentError, match="theta"):
+    with pytest.raises(rules.StaticArgumentError, match="theta") as err:
         jax.grad(loss)(1.0)
+    assert "equinox.Module" in str(err.value)  # the other way to pass arrays
     with pytest.raises(rules.StaticArgumentError, match="captures a traced value"):
         jax.jit(loss)(1.0)
 
@@ -209,3 +243,160 @@ def test_bad_arguments_raise_clear_errors():
         argmin(_quadratic, jnp.zeros(3), (W, B), method="bfgs")
     with pytest.raises(ValueError, match="shaped like x"):
         fixed_point(lambda x, t: jnp.sum(x) + t, jnp.zeros(3), 1.0)
+
+
+# ----- no silent wrong answer: an unconverged solve raises ----------------------------------
+# Under jit the check's callback raises on the host; JAX re-raises a JaxRuntimeError (a
+# RuntimeError), or a ValueError from jit's C++ fast path, carrying our message.
+RUNTIME_ERRORS = (RuntimeError, ValueError)
+
+
+def _slow(x, a):
+    """0.999 x + a: x* = 1000 a, about 30000 iterations to tol 1e-12 (10 get to 9.955 a)."""
+    return 0.999 * x + a
+
+
+def _rate_09(x, a):
+    return 0.9 * x + a
+
+
+def _blows_up(x, a):
+    return x * x + a
+
+
+def test_an_unconverged_fixed_point_raises_instead_of_returning_a_wrong_answer():
+    x, info = fixed_point(_slow, 0.0, 1.0, max_iter=10, throw=False, full_output=True)
+    assert float(x) == pytest.approx(9.955, abs=1e-3)  # the answer is 1000
+    assert (int(info.iterations), bool(info.converged)) == (10, False)
+    with pytest.raises(ConvergenceError) as err:
+        fixed_point(_slow, 0.0, 1.0, max_iter=10)
+    assert isinstance(err.value, RuntimeError)
+    message = str(err.value)
+    for part in ("`fixed_point`", f"residual {float(info.residual):.3g}", "after 10 iterations", "max_iter=10",
+                 "tol = 1e-12", "raise max_iter", "loosen tol", "throw=False"):
+        assert part in message
+
+
+@pytest.mark.parametrize(
+    "solve, args, kwargs",
+    [
+        (root, (_cubic, jnp.zeros(1), jnp.array([2.0])), {"max_iter": 1}),
+        (argmin, (_logistic_ridge, jnp.zeros(3), (FEATURES, LABELS, jnp.array(0.5))), {"max_iter": 1}),
+        (linear_solve, (_spd_matvec, B, W), {"maxiter": 1}),
+        (linear_solve, (_shifted_matvec, jnp.ones(30), WIDE), {"method": "gmres", "maxiter": 1}),  # n > 20: restarts
+    ],
+    ids=["root", "argmin", "linear_solve-cg", "linear_solve-gmres"],
+)
+def test_every_solver_raises_when_it_stops_short(solve, args, kwargs):
+    name = function_name(solve)
+    with pytest.raises(ConvergenceError, match=f"`{name}`: its solver stopped before meeting its tolerance"):
+        solve(*args, **kwargs)
+    x, info = solve(*args, **kwargs, throw=False, full_output=True)
+    assert not bool(info.converged) and int(info.iterations) == 1 and float(info.residual) > 0
+
+
+def test_the_check_runs_under_jit_vmap_and_grad():
+    jitted = jax.jit(jax.vmap(lambda a: fixed_point(_slow, 0.0, a, max_iter=10)))
+    np.testing.assert_array_equal(jitted(jnp.zeros(2)), 0.0)  # x* = 0 converges at once
+    with pytest.raises(RUNTIME_ERRORS, match=r"(?s)`fixed_point`: its solver stopped.*1 of 2 batch elements"):
+        jitted(jnp.array([0.0, 1.0])).block_until_ready()
+    with pytest.raises(RUNTIME_ERRORS, match="`fixed_point`: its solver stopped"):
+        jax.jit(lambda a: fixed_point(_slow, 0.0, a, max_iter=10))(1.0).block_until_ready()
+    # the gradient needs x* (f is nonlinear), so the forward check stays in jit(grad)
+    grad = jax.jit(jax.grad(lambda t: fixed_point(_contraction, 0.0, t, max_iter=3, adjoint="gmres")))
+    with pytest.raises(RUNTIME_ERRORS, match="`fixed_point`: its solver stopped"):
+        grad(1.0).block_until_ready()
+
+
+def test_nan_and_inf_stop_the_iteration_and_raise():
+    x, info = fixed_point(_blows_up, 0.0, 1.0, throw=False, full_output=True)
+    assert np.isnan(float(info.residual)) and not bool(info.converged)
+    assert int(info.iterations) < 20  # stopped at the first non-finite step, not at max_iter=1000
+    with pytest.raises(ConvergenceError, match="not finite"):
+        fixed_point(_blows_up, 0.0, 1.0)
+
+
+def test_an_unconverged_adjoint_solve_raises_instead_of_a_wrong_gradient():
+    # the forward solve converges at once (|x_1 - x_0| = 1e-10 <= tol), the adjoint
+    # u <- 1 + 0.9 u (a relative test) needs ~130 iterations: 20 give 8.906 instead of 10
+    def loss(a, throw=True):
+        return fixed_point(_rate_09, 0.0, a, tol=1e-6, max_iter=20, throw=throw)
+
+    assert float(jax.grad(lambda a: loss(a, throw=False))(1e-10)) == pytest.approx((1 - 0.9**21) / 0.1)
+    with pytest.raises(ConvergenceError, match="`fixed_point`: the adjoint solve of its pullback stopped") as err:
+        jax.grad(loss)(1e-10)
+    assert "adjoint='gmres'" in str(err.value)
+    with pytest.raises(RUNTIME_ERRORS, match="the adjoint solve of its pullback stopped"):
+        jax.jit(jax.grad(loss))(1e-10).block_until_ready()
+
+    # linear_solve: b = e1 is an eigenvector (one CG step), the seed (1, 1, 1) is not
+    a = jnp.diag(jnp.array([0.0, 1.0, 2.0**0.5]))  # A = a^T a + I = diag(1, 2, 3)
+    e1 = jnp.array([1.0, 0.0, 0.0])
+    np.testing.assert_allclose(linear_solve(_spd_matvec, e1, a, maxiter=1), e1)
+    with pytest.raises(ConvergenceError, match="`linear_solve`: the adjoint solve"):
+        jax.grad(lambda b: jnp.sum(linear_solve(_spd_matvec, b, a, maxiter=1)))(e1)
+
+
+# ----- full_output: the residual and iteration count ----------------------------------------
+def test_full_output_reports_the_solve_and_differentiates_x_only():
+    x, info = fixed_point(_contraction, 0.0, 1.0, full_output=True)
+    assert isinstance(info, SolveInfo) and float(x) == pytest.approx(1.44761, abs=1e-5)
+    assert bool(info.converged) and 0 < int(info.iterations) < 100 and float(info.residual) <= 1e-12
+    assert info.iterations.dtype == jnp.int32 and info.converged.dtype == bool
+
+    jitted_x, jitted_info = jax.jit(lambda t: fixed_point(_contraction, 0.0, t, full_output=True))(1.0)
+    assert float(jitted_x) == float(x) and int(jitted_info.iterations) == int(info.iterations)
+    g = jax.grad(lambda t: fixed_point(_contraction, 0.0, t, full_output=True)[0])(1.0)
+    assert float(g) == pytest.approx(1.110237, abs=1e-6)  # as without full_output
+    no_gradient = jax.grad(lambda t: fixed_point(_contraction, 0.0, t, full_output=True)[1].residual)(1.0)
+    assert float(no_gradient) == 0.0
+
+
+# ----- callable pytrees: f's arrays are differentiated like theta ---------------------------
+class WithParams(eqx.Module):
+    """An equinox Module holding the parameters of a module-level example function."""
+
+    fn: Callable = eqx.field(static=True)
+    params: Any
+
+    def __call__(self, x, theta):
+        return self.fn(x, self.params)
+
+
+def test_an_equinox_module_f_is_differentiated_like_theta():
+    x0, theta = jnp.zeros(3), (W, B)
+    module = WithParams(_deq_layer, theta)
+
+    def by_theta(t):
+        return SEED @ fixed_point(_deq_layer, x0, t)
+
+    def by_module(m):
+        return SEED @ fixed_point(m, x0, ())
+
+    assert float(by_module(module)) == pytest.approx(float(by_theta(theta)), rel=1e-12)
+    want = jax.grad(by_theta)(theta)
+    got = eqx.filter_jit(eqx.filter_grad(by_module))(module)
+    assert isinstance(got, WithParams)
+    assert_trees_close(got.params, want, rtol=1e-10)
+    _, back = rules.rrule(fixed_point, module, x0, ())
+    assert_trees_close(back(SEED)[1].params, want, rtol=1e-10)  # ChainRules: a cotangent of f's type
+
+    # batched modules (vmap over the arrays f holds)
+    scales = jnp.array([0.5, 1.0])
+    batched = jax.vmap(lambda s: by_module(WithParams(_deq_layer, (s * W, B))))(scales)
+    np.testing.assert_allclose(batched, [by_theta((s * W, B)) for s in scales], rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "solve, fn, x0, theta",
+    [
+        (root, _coupled, jnp.zeros(3), (A, B)),
+        (linear_solve, _spd_matvec, B, W),
+        (argmin, _quadratic, jnp.zeros(3), (W, B)),
+    ],
+    ids=["root", "linear_solve", "argmin"],
+)
+def test_every_solver_takes_a_module(solve, fn, x0, theta):
+    by_theta = jax.grad(lambda t: SEED @ solve(fn, x0, t))(theta)
+    by_module = eqx.filter_grad(lambda m: SEED @ solve(m, x0, ()))(WithParams(fn, theta))
+    assert_trees_close(by_module.params, by_theta, rtol=1e-9)
