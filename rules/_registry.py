@@ -2,8 +2,11 @@
 
 Registration is thread-safe and bumps a registry version; every lowering cache is keyed on
 the rule it lowered, so a redefinition takes effect on the next call. When a rule of a
-function that JAX has already traced is redefined, JAX's own trace caches are cleared too,
-so `jax.jit`-compiled callers pick up the new rule on their next call.
+function that JAX has already traced is redefined, the lowerings of its primitives are
+dropped (with what their closures hold) and JAX's own caches are cleared, so `jax.jit`-compiled
+callers pick up the new rule on their next call. JAX offers no public way to drop only the
+traces that inlined one function, so every jitted function retraces once after such a
+redefinition; redefining rules between the steps of a training loop costs a recompile each.
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ def function_name(f: Any) -> str:
 
 
 def registry_version() -> int:
-    """A counter bumped by every registration (lowering caches compare against it).
+    """A counter bumped by every registration: whether any rule changed since you last looked.
 
     >>> import rules
     >>> before = rules.registry_version()
