@@ -6,7 +6,8 @@
 - memory-efficient `attention` vs naive softmax attention: compiled-gradient scratch memory
   at sequence lengths 512..8192 (d = 64, float32);
 - `solve` and `logdet` rules vs `jnp.linalg` gradients (time, 256x256);
-- `softmax_cross_entropy` vs autodiff of the naive formula (time, 4096x1000 logits).
+- `softmax_cross_entropy` vs autodiff of the naive formula, and the softmax losses and
+  reductions vs optax / `jax.nn` (gradient time, 4096x1000 float32 logits; target ratio <= 1).
 
 Method: peak memory is XLA's own account of the compiled program,
 `jax.jit(f).lower(...).compile().memory_analysis().temp_size_in_bytes` (scratch buffers,
@@ -27,7 +28,7 @@ from ._common import paired_medians, table
 from rules.library.implicit import fixed_point  # noqa: E402
 from rules.library.linalg import logdet  # noqa: E402
 from rules.library.linalg_solve import solve  # noqa: E402
-from rules.library.nn import softmax_cross_entropy  # noqa: E402
+from rules.library.nn import log_softmax, logsumexp, softmax_cross_entropy, sparse_softmax_cross_entropy  # noqa: E402
 from rules.library.nn_layers import attention  # noqa: E402
 
 
@@ -105,19 +106,38 @@ def linalg_rows(quick: bool) -> list[list]:
 
 
 def xent_rows(quick: bool) -> list[list]:
+    import optax
+
     n, c = (512, 100) if quick else (4096, 1000)
     rng = np.random.default_rng(2)
     logits = jnp.asarray(rng.standard_normal((n, c)), jnp.float32)
-    onehot = jax.nn.one_hot(jnp.asarray(rng.integers(0, c, n)), c, dtype=jnp.float32)
+    labels = jnp.asarray(rng.integers(0, c, n))
+    onehot = jax.nn.one_hot(labels, c, dtype=jnp.float32)
+    weights = jnp.asarray(rng.standard_normal((n, c)), jnp.float32)  # a cotangent for log_softmax
 
     def naive(logits, onehot):
         p = jnp.exp(logits) / jnp.sum(jnp.exp(logits), axis=-1, keepdims=True)
         return jnp.mean(-jnp.sum(onehot * jnp.log(p), axis=-1))
 
-    go = jax.jit(jax.grad(lambda l, o: jnp.mean(softmax_cross_entropy(l, o))))
-    gn = jax.jit(jax.grad(naive))
-    to, tn = paired_medians(lambda: go(logits, onehot), lambda: gn(logits, onehot), 3 if quick else 30)
-    return [[f"softmax_cross_entropy grad, {n}x{c}", "-", "-", "-", f"{to * 1e3:.3f} / {tn * 1e3:.3f} ms", f"{to / tn:.2f}"]]
+    pairs = [  # (what, ours, reference, second argument): gradients with respect to the logits
+        ("softmax_cross_entropy grad vs naive formula", lambda l, o: jnp.mean(softmax_cross_entropy(l, o)), naive,
+         onehot),
+        ("softmax_cross_entropy grad vs optax", lambda l, o: jnp.mean(softmax_cross_entropy(l, o)),
+         lambda l, o: jnp.mean(optax.softmax_cross_entropy(l, o)), onehot),
+        ("sparse_softmax_cross_entropy grad vs optax (integer labels)",
+         lambda l, t: jnp.mean(sparse_softmax_cross_entropy(l, t)),
+         lambda l, t: jnp.mean(optax.softmax_cross_entropy_with_integer_labels(l, t)), labels),
+        ("log_softmax grad vs jax.nn", lambda l, w: jnp.sum(w * log_softmax(l)),
+         lambda l, w: jnp.sum(w * jax.nn.log_softmax(l)), weights),
+        ("logsumexp grad vs jax.nn", lambda l, _: jnp.mean(logsumexp(l)),
+         lambda l, _: jnp.mean(jax.nn.logsumexp(l, axis=-1)), None),
+    ]
+    rows = []
+    for label, ours, reference, other in pairs:
+        go, gr = jax.jit(jax.grad(ours)), jax.jit(jax.grad(reference))
+        to, tr = paired_medians(lambda: go(logits, other), lambda: gr(logits, other), 3 if quick else 100)  # noqa: B023
+        rows.append([f"{label}, {n}x{c}", "-", "-", "-", f"{to * 1e3:.3f} / {tr * 1e3:.3f} ms", f"{to / tr:.2f}"])
+    return rows
 
 
 def run(quick: bool = False) -> str:

@@ -80,14 +80,59 @@ def _zero(x: Any) -> Any:
     return ZeroTangent() if x is not None and is_differentiable_leaf(x) else NoTangent()
 
 
-@_kernel
-def _log_softmax_and_lse(x, axes):
-    """(log_softmax(x), logsumexp(x) with `axes` kept); all -inf rows give (-inf, -inf), not NaN."""
+def _normalise(x, axes):
+    """(x - shift, sum(exp(x - shift)), shift) over `axes` (kept): what every softmax is made of.
+
+    The shift is the maximum clamped to the finite floats, so an all -inf row (a fully masked
+    one) shifts by the lowest float and stays -inf, total 0, instead of giving -inf - -inf.
+    Clamps rather than `where`s, because XLA on CPU fuses max, exp, sums and the pullback into
+    one loop and a select splits that loop in five; `-max(-m, lo)` spells `min(m, -lo)` since
+    XLA would merge min(max) into a clamp, which splits it too.
+    """
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        x = x.astype(float)
+    lowest = jnp.finfo(x.dtype).min
     top = jnp.max(x, axis=axes, keepdims=True)
-    top = jnp.where(jnp.isfinite(top), top, 0.0)
-    shifted = x - top
-    log_total = jnp.log(jnp.sum(jnp.exp(shifted), axis=axes, keepdims=True))
-    return shifted - jnp.where(jnp.isneginf(log_total), 0.0, log_total), top + log_total
+    shift = jax.lax.stop_gradient(-jnp.maximum(-jnp.maximum(top, lowest), lowest))  # the results do not depend on it
+    shifted = x - shift
+    return shifted, jnp.sum(jnp.exp(shifted), axis=axes, keepdims=True), shift
+
+
+def _nonzero(total):
+    """`total`, or 1/2 on an all -inf row (total 0), whose probabilities then stay 0 and log-probabilities -inf.
+
+    Every other row's maximum adds exp(0) = 1, so its total is >= 1 and the floor neither binds
+    nor ties (a tie would halve the derivative of `maximum` in second derivatives).
+    """
+    return jnp.maximum(total, 0.5)
+
+
+def _log_probabilities(shifted, total):
+    return shifted - jnp.log(_nonzero(total))
+
+
+@_kernel
+def _logsumexp_and_pieces(x, axes):
+    shifted, total, shift = _normalise(x, axes)
+    return jnp.squeeze(shift + jnp.log(total), axis=axes), shifted, total
+
+
+@_kernel
+def _softmax(x, axes):
+    shifted, total, _ = _normalise(x, axes)
+    return jnp.exp(shifted) / _nonzero(total)
+
+
+@_kernel
+def _log_softmax_and_pieces(x, axes):
+    shifted, total, _ = _normalise(x, axes)
+    return _log_probabilities(shifted, total), shifted, total
+
+
+@jax.jit
+def _softmax_times(shifted, total, scale):
+    """softmax * scale for a per-row `scale`: the exponentials the forward pass summed, reused."""
+    return jnp.exp(shifted) * (scale / _nonzero(total))
 
 
 @_kernel
@@ -96,8 +141,8 @@ def _softmax_back(y, y_bar, axes):
 
 
 @_kernel
-def _log_softmax_back(logp, y_bar, axes):
-    return y_bar - jnp.exp(logp) * jnp.sum(y_bar, axis=axes, keepdims=True)
+def _log_softmax_back(shifted, total, y_bar, axes):
+    return y_bar + _softmax_times(shifted, total, -jnp.sum(y_bar, axis=axes, keepdims=True))
 
 
 # ----- logsumexp ----------------------------------------------------------------------------
@@ -124,8 +169,7 @@ def logsumexp(x, axis=-1):
 
     See also: `softmax`, `log_softmax`, `jax.nn.logsumexp`.
     """
-    axes = _axes(axis, jnp.ndim(x))
-    return jnp.squeeze(_log_softmax_and_lse(x, axes=axes)[1], axis=axes)
+    return _logsumexp_and_pieces(x, axes=_axes(axis, jnp.ndim(x)))[0]
 
 
 @logsumexp.rrule
@@ -133,15 +177,15 @@ def logsumexp_rrule(*args, **kwargs):
     x, axis = _bind(logsumexp.fn, args, kwargs)
     axes = _axes(axis, jnp.ndim(x))
     project_x = ProjectTo(x)
-    logp, lse = _log_softmax_and_lse(x, axes=axes)
+    y, shifted, total = _logsumexp_and_pieces(x, axes=axes)
 
     def logsumexp_pullback(y_bar):
         y_bar = unthunk(y_bar)
         if isinstance(y_bar, AbstractZero):
             return _cotangents(args, ZeroTangent())
-        return _cotangents(args, project_x(jnp.expand_dims(y_bar, axes) * jnp.exp(logp)))  # softmax; 0 on -inf rows
+        return _cotangents(args, project_x(_softmax_times(shifted, total, jnp.expand_dims(y_bar, axes))))
 
-    return jnp.squeeze(lse, axis=axes), logsumexp_pullback
+    return y, logsumexp_pullback
 
 
 # ----- softmax ------------------------------------------------------------------------------
@@ -166,7 +210,7 @@ def softmax(x, axis=-1):
 
     See also: `log_softmax`, `logsumexp`, `jax.nn.softmax`.
     """
-    return jnp.exp(_log_softmax_and_lse(x, axes=_axes(axis, jnp.ndim(x)))[0])
+    return _softmax(x, axes=_axes(axis, jnp.ndim(x)))
 
 
 @softmax.rrule
@@ -207,7 +251,7 @@ def log_softmax(x, axis=-1):
 
     See also: `softmax`, `logsumexp`, `jax.nn.log_softmax`.
     """
-    return _log_softmax_and_lse(x, axes=_axes(axis, jnp.ndim(x)))[0]
+    return _log_softmax_and_pieces(x, axes=_axes(axis, jnp.ndim(x)))[0]
 
 
 @log_softmax.rrule
@@ -215,13 +259,13 @@ def log_softmax_rrule(*args, **kwargs):
     x, axis = _bind(log_softmax.fn, args, kwargs)
     axes = _axes(axis, jnp.ndim(x))
     project_x = ProjectTo(x)
-    y = log_softmax.fn(x, axis)
+    y, shifted, total = _log_softmax_and_pieces(x, axes=axes)
 
     def log_softmax_pullback(y_bar):
         y_bar = unthunk(y_bar)
         if isinstance(y_bar, AbstractZero):
             return _cotangents(args, ZeroTangent())
-        return _cotangents(args, project_x(_log_softmax_back(y, y_bar, axes=axes)))
+        return _cotangents(args, project_x(_log_softmax_back(shifted, total, y_bar, axes=axes)))
 
     return y, log_softmax_pullback
 
@@ -229,13 +273,20 @@ def log_softmax_rrule(*args, **kwargs):
 # ----- softmax_cross_entropy ----------------------------------------------------------------
 @jax.jit
 def _cross_entropy(logits, onehot):
-    logp = _log_softmax_and_lse(logits, axes=(jnp.ndim(logits) - 1,))[0]
-    return -jnp.sum(jnp.where(onehot == 0, 0.0, onehot * logp), axis=-1), logp
+    shifted, total, _ = _normalise(logits, (jnp.ndim(logits) - 1,))
+    logp = _log_probabilities(shifted, total)
+    return -jnp.sum(jnp.where(onehot == 0, 0.0, onehot * logp), axis=-1), shifted, total
 
 
 @jax.jit
-def _cross_entropy_back(y_bar, logp, onehot):
-    return y_bar[..., None] * (jnp.exp(logp) * jnp.sum(onehot, axis=-1, keepdims=True) - onehot)
+def _cross_entropy_back(y_bar, shifted, total, onehot):
+    y_bar = y_bar[..., None]
+    return _softmax_times(shifted, total, y_bar * jnp.sum(onehot, axis=-1, keepdims=True)) + onehot * -y_bar
+
+
+@jax.jit
+def _cross_entropy_onehot_back(y_bar, shifted, total):
+    return -y_bar[..., None] * _log_probabilities(shifted, total)
 
 
 @primitive(examples=[(_M, _T), (_M32, _T.astype(np.float32))])
@@ -268,14 +319,14 @@ def softmax_cross_entropy(logits, onehot):
 @softmax_cross_entropy.rrule
 def softmax_cross_entropy_rrule(logits, onehot):
     project_logits, project_onehot = ProjectTo(logits), ProjectTo(onehot)
-    y, logp = _cross_entropy(logits, onehot)
+    y, shifted, total = _cross_entropy(logits, onehot)
 
     def softmax_cross_entropy_pullback(y_bar):
         y_bar = unthunk(y_bar)
         if isinstance(y_bar, AbstractZero):
             return NoTangent(), ZeroTangent(), _zero(onehot)
-        logits_bar = thunk(lambda: project_logits(_cross_entropy_back(y_bar, logp, onehot)))
-        onehot_bar = _maybe(onehot, lambda: project_onehot(-y_bar[..., None] * logp))
+        logits_bar = thunk(lambda: project_logits(_cross_entropy_back(y_bar, shifted, total, onehot)))
+        onehot_bar = _maybe(onehot, lambda: project_onehot(_cross_entropy_onehot_back(y_bar, shifted, total)))
         return NoTangent(), logits_bar, onehot_bar
 
     return y, softmax_cross_entropy_pullback
@@ -284,14 +335,17 @@ def softmax_cross_entropy_rrule(logits, onehot):
 # ----- sparse_softmax_cross_entropy ---------------------------------------------------------
 @jax.jit
 def _sparse_cross_entropy(logits, labels):
-    logp = _log_softmax_and_lse(logits, axes=(jnp.ndim(logits) - 1,))[0]
-    return -jnp.take_along_axis(logp, labels[..., None], axis=-1)[..., 0], logp
+    shifted, total, shift = _normalise(logits, (jnp.ndim(logits) - 1,))
+    picked = jnp.take_along_axis(logits, labels[..., None], axis=-1) - shift  # shifted[label], read from the input
+    return (jnp.log(_nonzero(total)) - picked)[..., 0], shifted, total
 
 
 @jax.jit
-def _sparse_cross_entropy_back(y_bar, logp, labels):
-    onehot = jax.nn.one_hot(labels, logp.shape[-1], dtype=logp.dtype)
-    return y_bar[..., None] * (jnp.exp(logp) - onehot)
+def _sparse_cross_entropy_back(y_bar, shifted, total, labels):
+    """y_bar * (softmax - onehot(labels)): one pass, then y_bar subtracted in place at the labels."""
+    g = _softmax_times(shifted, total, y_bar[..., None])
+    at_labels = (*jnp.indices(labels.shape, sparse=True), labels)
+    return g.at[at_labels].add(-y_bar.astype(g.dtype), mode="drop")
 
 
 @primitive(examples=[(_M, np.array([2, 0])), (_M32, np.array([1, 1], np.int32))])
@@ -320,13 +374,13 @@ def sparse_softmax_cross_entropy(logits, labels):
 @sparse_softmax_cross_entropy.rrule
 def sparse_softmax_cross_entropy_rrule(logits, labels):
     project_logits = ProjectTo(logits)
-    y, logp = _sparse_cross_entropy(logits, labels)
+    y, shifted, total = _sparse_cross_entropy(logits, labels)
 
     def sparse_softmax_cross_entropy_pullback(y_bar):
         y_bar = unthunk(y_bar)
         if isinstance(y_bar, AbstractZero):
             return NoTangent(), ZeroTangent(), NoTangent()
-        return NoTangent(), project_logits(_sparse_cross_entropy_back(y_bar, logp, labels)), NoTangent()
+        return NoTangent(), project_logits(_sparse_cross_entropy_back(y_bar, shifted, total, labels)), NoTangent()
 
     return y, sparse_softmax_cross_entropy_pullback
 
