@@ -1,13 +1,16 @@
 """Finite differences for checking rules: FiniteDifferences.jl's methods, batched with JAX.
 
 A method `m = central_fdm(p, q)` holds a stencil with exact coefficients. `m(f, x)` picks a
-step for a scalar function; `fd_jvp`, `fd_vjp` and `fd_jacobian` difference any pytree
-function through `to_vec`, evaluating the whole stencil in one jitted call: f is traced once
-and replayed under `jax.vmap`, or, for a large batch along one direction, point by point
-through one compiled evaluation that reduces on the device. Those compiled evaluations are
-kept for the last few traced functions, so differencing the same function again (same
-function object, same jaxpr) compiles nothing. Everything runs in float64, whatever
-`jax_enable_x64` says globally.
+step for a scalar function as FiniteDifferences.jl does (the p-th derivative estimated by a
+method of p + 2 points around x); `fd_jvp` picks one for its direction, `fd_vjp` and
+`fd_jacobian` one per input coordinate. They difference any pytree function through
+`to_vec`, evaluating the whole stencil in one jitted call: f is traced once and replayed
+under `jax.vmap`, or, for a large batch along one direction, point by point through one
+compiled evaluation that reduces on the device. Those compiled evaluations are kept for the
+last few traced functions, so differencing the same function again (same function object,
+same jaxpr) compiles nothing. Everything runs in float64, whatever `jax_enable_x64` says
+globally. The testers' fast mode (`_fd_inner_jvps`) estimates the p-th derivative with p + 1
+points, one evaluation of f fewer on inputs of a million elements.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import contextlib
 import dataclasses
 import functools
 import math
+import operator
 import threading
 import weakref
 from fractions import Fraction
@@ -46,6 +50,9 @@ PyTree = Any
 _EPS = float(np.finfo(np.float64).eps)
 _CONDITION = 10.0  # assumed bound on |f^(p)| when no derivative is estimated (adapt=0)
 _MAX_STEP_FACTOR = 1000.0  # a chosen step never exceeds this multiple of the default step
+# Where the derivative estimate that sets the step is not finite (its points left f's domain),
+# its step shrinks by this factor, up to this many times, before the default step is used.
+_SHRINK, _SHRINKS = 10.0, 3
 # A batch of points along a direction with up to this many elements (points x the larger of
 # input and output size) is one vmap of f, padding included, brought to the host and reduced
 # there. A larger one is evaluated point by point, each point one call of a compiled
@@ -72,8 +79,15 @@ def _x64(name: str):
 
 def _combine(weights: np.ndarray, values: np.ndarray) -> np.ndarray:
     """sum_i w_i values[i], taken relative to values[0] (weights sum to 0 when q >= 1), so
-    a function that does not change gives exactly 0."""
+    a function that does not change gives exactly 0. Methods order their points nearest
+    first, so values[0] is f at the point nearest x and the differences lose least."""
     return np.tensordot(weights, values - values[:1], axes=1)
+
+
+def _divide(a: Any, b: Any) -> Any:
+    """a / b where b may be 0 (a step of 0 from `max_range=0`): inf or nan, no warning."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.true_divide(a, b)
 
 
 def _representable(x: Any, h: Any) -> np.ndarray:
@@ -96,6 +110,15 @@ def _make_grid(kind: str, p: int) -> tuple[int, ...]:
     return tuple(g for g in range(-half, half + 1) if p % 2 or g != 0)
 
 
+def _kind_of(grid: tuple[int, ...]) -> str:
+    """The kind of standard grid a custom grid resembles (for its bound estimator)."""
+    if all(g >= 0 for g in grid):
+        return "forward"
+    if all(g <= 0 for g in grid):
+        return "backward"
+    return "central"
+
+
 @functools.lru_cache(maxsize=64)
 def _exact_coefs(grid: tuple[int, ...], q: int) -> tuple[Fraction, ...]:
     """Solve the Vandermonde system sum_i c_i g_i^k = q! [k == q], k < p, in rationals."""
@@ -115,18 +138,23 @@ def _exact_coefs(grid: tuple[int, ...], q: int) -> tuple[Fraction, ...]:
     return tuple(row[-1] for row in rows)
 
 
+def _nearest_first(grid: Any) -> np.ndarray:
+    """The indices of the grid's points ordered by distance from 0 (stable)."""
+    return np.argsort(np.abs(np.asarray(grid, dtype=np.float64)), kind="stable")
+
+
 @dataclasses.dataclass(frozen=True, repr=False)
 class FDMethod:
     """A finite-difference method: `p` grid points estimating the `q`-th derivative.
 
-    Build one with `central_fdm`, `forward_fdm` or `backward_fdm`; call it as `m(f, x)`.
-    Attributes: `grid` (integer offsets), `coefs` (float64 weights), `exact_coefs`
-    (`Fraction`s), `adapt`, `max_range`, `factor`.
+    Build one with `central_fdm`, `forward_fdm`, `backward_fdm` or `FDMethod.from_grid`;
+    call it as `m(f, x)`. Attributes: `grid` (integer offsets), `coefs` (float64 weights),
+    `exact_coefs` (`Fraction`s), `adapt`, `max_range`, `factor`.
 
     >>> central_fdm(3, 1).exact_coefs
     (Fraction(-1, 2), Fraction(0, 1), Fraction(1, 2))
 
-    See also: central_fdm, extrapolate_fdm, fd_jacobian.
+    See also: central_fdm, FDMethod.from_grid, extrapolate_fdm, fd_jacobian.
     """
 
     kind: str
@@ -135,50 +163,94 @@ class FDMethod:
     adapt: int = 1
     max_range: float = math.inf
     factor: float = 1.0
+    custom_grid: tuple[int, ...] | None = dataclasses.field(default=None, compare=False)
     grid: tuple[int, ...] = dataclasses.field(init=False)
     exact_coefs: tuple[Fraction, ...] = dataclasses.field(init=False, compare=False)
     coefs: tuple[float, ...] = dataclasses.field(init=False, compare=False)
 
     def __post_init__(self):
-        name = f"{self.kind}_fdm"
-        if self.kind not in ("central", "forward", "backward"):
+        name = "FDMethod.from_grid" if self.kind == "custom" else f"{self.kind}_fdm"
+        if self.kind not in ("central", "forward", "backward", "custom"):
             raise ValueError(
-                f"`FDMethod`: `kind` must be 'central', 'forward' or 'backward', got {self.kind!r}."
+                "`FDMethod`: `kind` must be 'central', 'forward', 'backward' or 'custom', got "
+                f"{self.kind!r}."
             )
         for arg in ("p", "q", "adapt"):
             value = getattr(self, arg)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"`{name}`: `{arg}` must be an int, got {value!r}.")
-        if self.q < 1:
-            raise ValueError(f"`{name}`: the derivative order `q` must be >= 1, got q={self.q}.")
+        if self.q < 0:
+            raise ValueError(f"`{name}`: the derivative order `q` must be >= 0, got q={self.q}.")
         if self.p <= self.q:
+            example = (
+                "FDMethod.from_grid((-1, 0, 1), 1)" if self.kind == "custom" else f"{name}({self.q + 2}, {self.q})"
+            )
             raise ValueError(
                 f"`{name}`: need more grid points than the derivative order (p > q), got "
-                f"p={self.p}, q={self.q}; use p >= {self.q + 1}, e.g. "
-                f"{name}({self.q + 2}, {self.q})."
+                f"p={self.p}, q={self.q}; use p >= {self.q + 1}, e.g. {example}."
             )
         if self.adapt < 0:
             raise ValueError(f"`{name}`: `adapt` must be >= 0, got {self.adapt}.")
-        if not self.max_range > 0:
-            raise ValueError(f"`{name}`: `max_range` must be > 0, got {self.max_range!r}.")
+        if not self.max_range >= 0:
+            raise ValueError(f"`{name}`: `max_range` must be >= 0, got {self.max_range!r}.")
         if not 0 < self.factor < math.inf:
             raise ValueError(
                 f"`{name}`: `factor` must be positive and finite, got {self.factor!r}."
             )
-        grid = _make_grid(self.kind, self.p)
+        if self.kind == "custom":
+            grid = self.custom_grid
+            if grid is None or len(grid) != self.p:
+                raise ValueError(f"`{name}`: a custom method needs its grid of p={self.p} points.")
+        else:
+            if self.custom_grid is not None:
+                raise ValueError(f"`{name}`: only kind 'custom' takes a grid; use FDMethod.from_grid.")
+            grid = _make_grid(self.kind, self.p)
         exact = _exact_coefs(grid, self.q)
         set_ = object.__setattr__
         set_(self, "grid", grid)
         set_(self, "exact_coefs", exact)
         set_(self, "coefs", tuple(float(c) for c in exact))
-        # Only points with a nonzero weight are ever evaluated.
+        # Only points with a nonzero weight are ever evaluated, the nearest to x first.
         used = [(g, c) for g, c in zip(grid, exact) if c != 0]
+        used = [used[i] for i in _nearest_first([g for g, _ in used])]
         set_(self, "_offsets", np.array([g for g, _ in used], dtype=np.float64))
         set_(self, "_weights", np.array([float(c) for _, c in used]))
+        set_(self, "_weight_total", float(sum(c for _, c in used)))  # exactly 0 when q >= 1
         # Error model: roundoff eps |f| sum|c| / h^q, truncation |f^(p)| sum|c g^p| / p! h^(p-q).
         set_(self, "_roundoff", float(sum(abs(c) for _, c in used)))
         truncation = sum(abs(c * Fraction(g) ** self.p) for g, c in used)
         set_(self, "_truncation", float(truncation / math.factorial(self.p)))
+
+    @classmethod
+    def from_grid(
+        cls, grid: Any, q: int, *, adapt: int = 0, max_range: float = math.inf, factor: float = 1.0
+    ) -> FDMethod:
+        """A method on a grid of your choice, FiniteDifferences.jl's `FiniteDifferenceMethod(grid, q)`.
+
+        Args:
+          grid: distinct integer offsets, in units of the step.
+          q: derivative order, < len(grid).
+          adapt: levels of derivative estimation used to choose the step; 0 (the default,
+            as upstream) uses a fixed guess; >= 1 estimates with a forward, backward or
+            central grid, whichever the custom grid's signs resemble.
+          max_range, factor: as for `central_fdm`.
+
+        Returns:
+          An `FDMethod` of kind "custom".
+
+        >>> m = FDMethod.from_grid([-2, 0, 5], 1)
+        >>> m.grid, round(m(jnp.sin, 1.0), 8)  # cos(1.0)
+        ((-2, 0, 5), 0.54030231)
+
+        See also: central_fdm, FDMethod.
+        """
+        try:
+            points = tuple(operator.index(g) for g in grid)
+        except TypeError:
+            raise TypeError(f"`FDMethod.from_grid`: `grid` must hold ints, got {grid!r}.") from None
+        if len(set(points)) != len(points):
+            raise ValueError(f"`FDMethod.from_grid`: the grid's points must be distinct, got {points}.")
+        return cls("custom", len(points), q, adapt, max_range, factor, points)
 
     def __repr__(self) -> str:
         extras = "".join(
@@ -187,16 +259,18 @@ class FDMethod:
             if getattr(self, k) != default
         )
         coefs = ", ".join(str(c) for c in self.exact_coefs)
-        return (
-            f"<FDMethod {self.kind}_fdm({self.p}, {self.q}): grid={self.grid}, "
-            f"coefs=({coefs}), adapt={self.adapt}{extras}>"
-        )
+        made = f"from_grid({self.grid}, {self.q})" if self.kind == "custom" else f"{self.kind}_fdm({self.p}, {self.q})"
+        return f"<FDMethod {made}: grid={self.grid}, coefs=({coefs}), adapt={self.adapt}{extras}>"
 
     def __call__(self, f: Callable, x: Any, *, step: float | None = None) -> float:
         """Estimate the q-th derivative of the scalar function `f` at the scalar `x`.
 
+        A method with `q = 0` returns `f(x)` itself unless a step is given. With
+        `max_range=0` no step is possible and the estimate is not finite (nan), as upstream.
+
         Args:
-          f: a JAX-traceable function from a float64 scalar to a real scalar.
+          f: a JAX-traceable function from a float64 scalar to a real scalar (an integer
+            output counts as a constant).
           x: a Python number or 0-d real array.
           step: the step h; chosen by `estimate_step` when omitted.
 
@@ -208,18 +282,20 @@ class FDMethod:
 
         See also: FDMethod.estimate_step, extrapolate_fdm.
         """
-        name = f"{self.kind}_fdm(...)(f, x)"
+        name = f"{self._name}(...)(f, x)"
         with _x64(name):
+            if self.q == 0 and step is None:
+                return _scalar_value(name, f, x)
             sampler = _scalar_sampler(self, f, x, name, self._batch_size() if step is None else 0)
-            step = _check_step(name, self._estimate_step(sampler)[0] if step is None else step)
+            step = self._estimate_step(sampler)[0] if step is None else _check_step(name, step)
             return self._apply(sampler, float(_representable(sampler.flat.x_host[0], step)))
 
     def estimate_step(self, f: Callable, x: Any) -> tuple[float, float]:
         """Choose the step for `m(f, x)` and bound the error of the resulting estimate.
 
         With `adapt >= 1` the p-th derivative of `f` near `x` is estimated by a method of
-        one more point (itself adapted `adapt - 1` times); the step then minimises
-        roundoff + truncation error, capped by `max_range`.
+        two more points (itself adapted `adapt - 1` times), as in FiniteDifferences.jl; the
+        step then minimises roundoff + truncation error, capped by `max_range`.
 
         Args:
           f: a JAX-traceable function from a float64 scalar to a real scalar.
@@ -234,68 +310,118 @@ class FDMethod:
 
         See also: FDMethod.__call__.
         """
-        name = f"{self.kind}_fdm(...).estimate_step(f, x)"
+        name = f"{self._name}(...).estimate_step(f, x)"
         with _x64(name):
             return self._estimate_step(_scalar_sampler(self, f, x, name, self._batch_size()))
+
+    @property
+    def _name(self) -> str:
+        return "FDMethod.from_grid" if self.kind == "custom" else f"{self.kind}_fdm"
 
     # -- step selection; `sampler(ts)` returns f and |f| scales at x + ts (one batch) --
 
     @functools.cached_property
     def _bound_estimator(self) -> FDMethod | None:
+        """The method estimating f^(p) for the step: p + 2 points (FiniteDifferences.jl)."""
+        return self._bound(2)
+
+    @functools.cached_property
+    def _lean_bound_estimator(self) -> FDMethod | None:
+        """p + 1 points: one evaluation of f fewer, for the testers' fast mode on large inputs."""
+        return self._bound(1)
+
+    def _bound(self, extra: int) -> FDMethod | None:
         if self.adapt == 0:
             return None
-        # p + 1 points for the p-th derivative; it evaluates f only on its own grid.
-        p = self.p
-        return FDMethod(self.kind, p + 1, p, self.adapt - 1, self.max_range, self.factor)
+        kind = _kind_of(self.grid) if self.kind == "custom" else self.kind
+        return FDMethod(kind, self.p + extra, self.p, self.adapt - 1, self.max_range, self.factor)
 
-    def _batch_size(self) -> int:
+    def _bound_of(self, lean: bool) -> FDMethod | None:
+        return self._lean_bound_estimator if lean else self._bound_estimator
+
+    def _batch_size(self, lean: bool = False) -> int:
         """The largest batch that step selection and the estimate itself evaluate."""
-        size, b = len(self._offsets), self._bound_estimator
+        size, b = len(self._offsets), self._bound_of(lean)
         while b is not None:
             size = max(size, len(b.grid))
-            b = b._bound_estimator
+            b = b._bound_of(lean)
         return size
 
     @functools.cached_property
+    def _sorted_grid(self) -> np.ndarray:
+        """The grid, nearest point to 0 first (the reference of the differences)."""
+        return np.asarray(self.grid, dtype=np.float64)[_nearest_first(self.grid)]
+
+    @functools.cached_property
     def _neighbour_weights(self) -> np.ndarray:
-        """Weights estimating the q-th derivative at x - h, x and x + h from f on the grid
-        itself (each solved exactly for the shifted grid), so that one batch of `p` points
-        bounds the derivative over a neighbourhood, as in FiniteDifferences.jl."""
-        return np.array([[float(c) for c in _exact_coefs(tuple(g - s for g in self.grid), self.q)] for s in (-1, 0, 1)])
+        """Weights estimating the q-th derivative at three points of the grid's span from f on
+        the grid itself (each solved exactly for the shifted grid), so that one batch of `p`
+        points bounds the derivative over a neighbourhood, as in FiniteDifferences.jl: x - h,
+        x, x + h for a central grid, x, x + h, x + 2h for a forward one, and x - 2h, x - h, x
+        for a backward one. Columns follow `_sorted_grid`."""
+        shifts = {"forward": (2, 1, 0), "backward": (0, -1, -2)}.get(_kind_of(self.grid), (1, 0, -1))
+        order = _nearest_first(self.grid)
+        return np.array(
+            [[float(c) for c in _exact_coefs(tuple(g - s for g in self.grid), self.q)] for s in shifts]
+        )[:, order]
 
-    def _choose_step(self, deriv_bound: float, f_error: float) -> tuple[float, float]:
-        """Minimise the error bound c1 / h^q + c2 h^(p-q) (roundoff + truncation) over h, up
-        to `max_range` and 1000 default steps; return h and the bound there."""
+    @functools.cached_property
+    def _default_step(self) -> float:
+        """The step for an assumed |f^(p)| of 10 and |f| of 1 (FiniteDifferences.jl's default)."""
+        return self._argmin(_EPS * self.factor * self._roundoff, _CONDITION * self._truncation)
+
+    def _argmin(self, c1: Any, c2: Any) -> Any:
         p, q = self.p, self.q
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (q / (p - q) * np.true_divide(c1, c2)) ** (1 / p)
 
-        def argmin(c1: float, c2: float) -> float:
-            return (q / (p - q) * c1 / c2) ** (1 / p)
-
+    def _choose_step(self, deriv_bound: Any, f_scale: Any) -> tuple[Any, Any]:
+        """Minimise the error bound c1 / h^q + c2 h^(p-q) (roundoff + truncation) over h, up
+        to `max_range` and 1000 default steps; return h and the bound there. Elementwise on
+        arrays (one step per coordinate); where the derivative or the scale of f is 0 or not
+        finite, the default step (assumed |f^(p)| = 10, |f| = 1)."""
+        deriv_bound, f_scale = np.asarray(deriv_bound, np.float64), np.asarray(f_scale, np.float64)
+        known = (deriv_bound > 0) & (deriv_bound < math.inf) & (f_scale > 0) & (f_scale < math.inf)
+        f_error = np.where(known, np.spacing(np.where(known, f_scale, 1.0)), _EPS)  # Julia's eps(|f|)
         c1 = f_error * self.factor * self._roundoff
-        c2 = deriv_bound * self._truncation
-        default = argmin(_EPS * self.factor * self._roundoff, _CONDITION * self._truncation)
-        h_max = min(_MAX_STEP_FACTOR * default, self.max_range / max(abs(g) for g in self.grid))
-        h = min(argmin(c1, c2), h_max)
-        return h, c1 / h**q + c2 * h ** (p - q)
+        c2 = np.where(known, deriv_bound, _CONDITION) * self._truncation
+        h_max = min(_MAX_STEP_FACTOR * self._default_step, self.max_range / max(abs(g) for g in self.grid))
+        h = np.minimum(self._argmin(c1, c2), h_max)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            bound = c1 / h**self.q + c2 * h ** (self.p - self.q)
+        if h.ndim == 0:
+            return float(h), float(bound)
+        return h, bound
 
-    def _estimate_step(self, sampler: _Sampler) -> tuple[float, float]:
-        b = self._bound_estimator
-        if b is not None:
-            deriv_bound, f_scale = b._magnitudes(sampler)
-            if 0 < deriv_bound < math.inf and 0 < f_scale < math.inf:
-                return self._choose_step(deriv_bound, _EPS * f_scale)
-        return self._choose_step(_CONDITION, _EPS)
+    def _estimate_step(self, sampler: _Sampler, lean: bool = False) -> tuple[float, float]:
+        b = self._bound_of(lean)
+        if b is None:
+            return self._choose_step(0.0, 0.0)
+        return self._choose_step(*b._magnitudes(sampler, lean))
 
-    def _magnitudes(self, sampler: _Sampler) -> tuple[float, float]:
-        """max |q-th derivative| at the grid points around x, and max |f| seen there."""
-        step, _ = self._estimate_step(sampler)
-        values, scales = sampler(np.array(self.grid, dtype=np.float64) * step)
-        derivs = self._neighbour_weights @ (values - values[0]) / step**self.q
-        return float(np.max(np.abs(derivs))), float(np.max(scales))
+    def _magnitudes(self, sampler: _Sampler, lean: bool = False) -> tuple[float, float]:
+        """max |q-th derivative| at three points around x, and max |f| seen there. Where
+        that is not finite (the points left f's domain: arccos near 1), the step shrinks."""
+        step, _ = self._estimate_step(sampler, lean)
+        for _ in range(_SHRINKS + 1):
+            values, scales = sampler(self._sorted_grid * step)
+            derivs = _divide(self._neighbour_weights @ (values - values[0]), step**self.q)
+            bound, scale = float(np.max(np.abs(derivs))), float(np.max(scales))
+            if math.isfinite(bound) and math.isfinite(scale):
+                break
+            step /= _SHRINK
+        return bound, scale
+
+    def _estimate(self, values: np.ndarray, step: Any) -> Any:
+        """The stencil's estimate from f at `_offsets * step` (axis 0 of `values`)."""
+        total = _combine(self._weights, values)
+        if self._weight_total:  # q = 0: the weights sum to 1
+            total = total + self._weight_total * values[0]
+        return _divide(total, step**self.q)
 
     def _apply(self, sampler: _Sampler, step: float) -> float:
         values, _ = sampler(self._offsets * step)
-        return float(_combine(self._weights, values) / step**self.q)
+        return float(self._estimate(values, step))
 
     def _error_exponents(self, count: int) -> list[int]:
         """Powers of h in the error expansion: k - q for each k >= p with sum c g^k != 0."""
@@ -444,7 +570,7 @@ def extrapolate_fdm(
         steps = _representable(x0, h0 * contract ** np.arange(max_eval))
         values, _ = sampler(np.outer(steps, m._offsets).ravel())
         values = values.reshape(max_eval, -1)
-        estimates = _combine(m._weights, values.T) / steps**m.q
+        estimates = m._estimate(values.T, steps)
         # The newest row's roundoff reaches the extrapolated value almost unscaled.
         noise = _EPS * m.factor * m._roundoff * np.max(np.abs(values), axis=1) / steps**m.q
     exponents = m._error_exponents(max_eval - 1)
@@ -648,13 +774,14 @@ class _Program:
         return jnp.sum(w * y), jnp.sum(jnp.abs(w) * jnp.abs(y)), jnp.sum(w * (y - y0)), y
 
     def _basis(self, consts: list, x: jax.Array, hs: jax.Array, w: jax.Array | None) -> jax.Array:
-        """f (or <w, f>) at x + hs[i, j] * e_j for all i, j: shape (len(hs), len(x), ...)."""
+        """f (or <w, f> and <|w|, |f|>) at x + hs[i, j] * e_j for all i, j: shape
+        (len(hs), len(x), len(f) or 2)."""
         k, n = hs.shape
         points = x[None, None, :] + hs[:, :, None] * jnp.eye(n, dtype=x.dtype)[None]
 
         def call(v):
             y = self.fun(consts, v)
-            return y if w is None else y @ w
+            return y if w is None else jnp.stack([y @ w, jnp.abs(y) @ jnp.abs(w)])
 
         out = jax.vmap(call)(points.reshape(k * n, n))
         return out.reshape(k, n, *out.shape[1:])
@@ -812,14 +939,14 @@ class _Sampler:
         the stencil's derivative along d: one output-sized vector (exactly 0 for an f that
         does not change)."""
         if not self._large(len(offsets)):
-            return _combine(weights, self._points(offsets * step)) / step
+            return _divide(_combine(weights, self._points(offsets * step)), step)
         total, y0 = np.zeros(self.flat.out_size), None
         for c, (_, _, _, y) in zip(weights, self._each(offsets * step)):
             if y0 is None:
                 y0 = np.asarray(y)
             else:
                 total += c * (np.asarray(y) - y0)
-        return total / step
+        return _divide(total, step)
 
     def combine_inner(self, offsets: np.ndarray, weights: np.ndarray, step: float) -> float:
         """`<w, combine(offsets, weights, step)>`, the stencil's derivative of t -> <w, f(x +
@@ -827,7 +954,7 @@ class _Sampler:
         if not self._large(len(offsets)):
             return float(np.asarray(self.w) @ self.combine(offsets, weights, step))
         diffs = jax.device_get([diff for _, _, diff, _ in self._each(offsets * step)])
-        return float(np.dot(weights[1:], diffs[1:]) / step)
+        return float(_divide(np.dot(weights[1:], diffs[1:]), step))
 
 
 @functools.lru_cache(maxsize=4)
@@ -838,21 +965,42 @@ def _random_unit(n: int, seed: int) -> jax.Array:
     return jnp.asarray(v / max(np.linalg.norm(v), 1e-300), jnp.float64)
 
 
-def _scalar_sampler(m: FDMethod, f: Callable, x: Any, name: str, size: int) -> _Sampler:
+def _check_scalar_input(name: str, x: Any) -> None:
     if np.ndim(x) != 0 or np.iscomplexobj(x):
         raise TypeError(
             f"`{name}`: `x` must be a real scalar, got {type(x).__name__} with shape "
             f"{np.shape(x)}; use fd_jvp or fd_jacobian for arrays and complex numbers."
         )
 
+
+def _scalar_output_check(name: str) -> Callable[[_Layout], None]:
+    """A real scalar output, or an integer (bool) one, which counts as a constant."""
+
     def check_output(out: _Layout) -> None:
-        if out.size != 1 or any(leaf.kind == "complex" for leaf in out.leaves):
+        constant = out.size == 0 and all(leaf.kind is None and leaf.shape == () for leaf in out.leaves)
+        if not (out.size == 1 or constant) or len(out.leaves) != 1 or out.leaves[0].kind == "complex":
             raise TypeError(
                 f"`{name}`: f must return a real scalar, got (path, shape, kind) "
-                f"{out.signature()}; use fd_jacobian or fd_jvp for array or complex outputs."
+                f"{[(leaf.path, leaf.shape, leaf.kind) for leaf in out.leaves]}; use fd_jacobian "
+                "or fd_jvp for array or complex outputs."
             )
 
-    return _Sampler(_Flat(name, f, (float(x),), check_output), np.ones(1), np.ones(1), size)
+    return check_output
+
+
+def _scalar_sampler(m: FDMethod, f: Callable, x: Any, name: str, size: int) -> _Sampler:
+    _check_scalar_input(name, x)
+    flat = _Flat(name, f, (float(x),), _scalar_output_check(name))
+    # an integer output is a constant: no entries to weigh, every difference is 0
+    return _Sampler(flat, np.ones(1), np.ones(flat.out_size), size)
+
+
+def _scalar_value(name: str, f: Callable, x: Any) -> float:
+    """f(x) itself, evaluated as a plain call (the 0-th derivative)."""
+    _check_scalar_input(name, x)
+    y = f(jnp.asarray(float(x), jnp.float64))
+    _scalar_output_check(name)(_layout(y))
+    return float(np.asarray(jax.tree_util.tree_leaves(y)[0]).real)
 
 
 # ------------------------------------------------------------------------------------------
@@ -882,13 +1030,50 @@ def _check_like(name: str, arg: str, expected: _Layout, got: _Layout, of: str) -
         )
 
 
-def _basis_steps(m: FDMethod, flat: _Flat, w: np.ndarray | None, step: float | None) -> np.ndarray:
-    """One step per input coordinate: `step`, or one estimated for t -> <w, f(x + t d)>
-    along a fixed random unit direction d, made exact for each coordinate."""
-    if step is None:
-        sampler = _Sampler(flat, None, w, m._batch_size())
-        step, _ = m._estimate_step(sampler)
-    return _representable(flat.x_host, _check_step(flat.name, step))
+def _basis_values(flat: _Flat, offsets: np.ndarray, steps: np.ndarray, w: Any, rows: int) -> np.ndarray:
+    """f at x + offsets[i] * steps[j] * e_j for every i and coordinate j, in one batch: shape
+    (len(offsets), x.size, len(f)), or with weights w, (len(offsets), x.size, 2) holding
+    <w, f> and its scale <|w|, |f|>. A small batch is padded to `rows` offsets (repeating x
+    itself), so that the step rule's batches and the stencil's share one compiled evaluation."""
+    k, n = len(offsets), flat.x.size
+    if rows > k and rows * n * max(n, flat.out_size, 1) <= _VMAP_ELEMENTS:
+        offsets = np.concatenate([offsets, np.zeros(rows - k)])
+    return np.asarray(flat.basis(flat.x, np.outer(offsets, steps), w))[:k]
+
+
+def _coordinate_steps(m: FDMethod, flat: _Flat, w: Any, rows: int) -> np.ndarray:
+    """One step per input coordinate, each chosen by `m`'s step rule for that coordinate on
+    its own, as FiniteDifferences.jl's `jacobian` does: `m`'s bound estimator differences f
+    (with w, the scalar <w, f>) along every basis direction e_j in one batch, and each
+    coordinate's step minimises its own error bound. Without w the derivative's magnitude
+    is the largest over f's entries. One shared step along a random direction would be
+    too long for the coordinates where f bends most (their weight in the direction is
+    ~1/sqrt(n), their f^(p) along it ~n^(-p/2) smaller)."""
+    n, b = flat.x.size, m._bound_estimator
+    if b is None or n == 0 or flat.out_size == 0:
+        return np.full(n, m._choose_step(0.0, 0.0)[0])
+    steps = _coordinate_steps(b, flat, w, rows)
+    over = (0, 2) if w is None else (0,)
+    bound, scale = np.full(n, np.nan), np.full(n, np.nan)
+    todo = np.ones(n, bool)
+    for _ in range(_SHRINKS + 1):  # coordinates whose points left f's domain try shorter steps
+        out = _basis_values(flat, b._sorted_grid, steps, w, rows)
+        values, scales = (out, np.abs(out)) if w is None else (out[..., 0], out[..., 1])
+        derivs = np.abs(np.tensordot(b._neighbour_weights, values - values[:1], axes=1))  # (3, n[, len(f)])
+        bound = np.where(todo, _divide(np.max(derivs, axis=over), steps**b.q), bound)
+        scale = np.where(todo, np.max(scales, axis=over), scale)
+        todo = ~(np.isfinite(bound) & np.isfinite(scale))
+        if not todo.any():
+            break
+        steps = np.where(todo, steps / _SHRINK, steps)
+    return m._choose_step(bound, scale)[0]
+
+
+def _basis_steps(m: FDMethod, flat: _Flat, w: Any, step: float | None, rows: int) -> np.ndarray:
+    """One step per input coordinate: `step`, or `_coordinate_steps`; made exact for each."""
+    if step is not None:
+        return _representable(flat.x_host, _check_step(flat.name, step))
+    return _representable(flat.x_host, _coordinate_steps(m, flat, w, rows))
 
 
 def _split(vector: np.ndarray, args: tuple) -> list[tuple[_Layout, np.ndarray]]:
@@ -955,7 +1140,7 @@ def _fd_jvps(
         out = []
         for d in vectors:
             sampler = _Sampler(flat, d, None, size)
-            h = _check_step(name, m._estimate_step(sampler)[0] if step is None else step)
+            h = m._estimate_step(sampler)[0] if step is None else _check_step(name, step)
             y_dot = sampler.combine(m._offsets, m._weights, h)
             out.append(flat.out.unflatten(y_dot, "tangent", np))
         return out
@@ -986,8 +1171,8 @@ def _fd_inner_jvps(
         out = []
         for tangents in directions:
             _check_like(name, "tangents", flat.layout, _layout(_check_tuple(name, "tangents", tangents)), "`args`")
-            sampler = _Sampler(flat, _vector(tangents), w, m._batch_size())
-            h = _check_step(name, m._estimate_step(sampler)[0])
+            sampler = _Sampler(flat, _vector(tangents), w, m._batch_size(lean=True))
+            h = m._estimate_step(sampler, lean=True)[0]
             out.append(sampler.combine_inner(m._offsets, m._weights, h))
         return out
 
@@ -999,8 +1184,9 @@ def fd_jacobian(
 
     Sizes are in `to_vec` units, so a complex entry counts twice (real, imaginary part).
     All `x.size * len(stencil)` points are evaluated in one jitted `vmap` of `f` in float64.
-    One step serves every direction: `step`, or `m`'s step rule along a fixed random unit
-    direction (one more batched evaluation), made exact for each coordinate.
+    Each coordinate gets its own step, as in FiniteDifferences.jl: `step`, or `m`'s step rule
+    for f along that coordinate (the largest derivative over f's entries; one more batched
+    evaluation of `len(m's bound grid)` points per coordinate), made exact for it.
 
     Args:
       m: a first-derivative method, e.g. `central_fdm(5, 1)`.
@@ -1023,9 +1209,10 @@ def fd_jacobian(
     _check_method(name, m)
     with _x64(name):
         flat = _Flat(name, f, args)
-        steps = _basis_steps(m, flat, None, step)
-        y = np.asarray(flat.basis(flat.x, np.outer(m._offsets, steps), None))  # (k, x.size, y.size)
-        jac = (_combine(m._weights, y) / steps[:, None]).T
+        rows = m._batch_size() if step is None else len(m._offsets)
+        steps = _basis_steps(m, flat, None, step, rows)
+        y = _basis_values(flat, m._offsets, steps, None, rows)  # (k, x.size, y.size)
+        jac = _divide(_combine(m._weights, y), steps[:, None]).T
     return tuple(part for _, part in _split(jac, args))
 
 
@@ -1037,8 +1224,9 @@ def fd_vjp(
     Differences the scalar `l(x) = <to_vec(y_bar), to_vec(f(x))>` (a real inner product)
     along every basis direction of `to_vec(args)`, in one jitted `vmap` of `f` in float64.
     A complex leaf z gets `dl/dRe z + 1j * dl/dIm z` (ChainRules' convention; `jax.vjp`
-    with `conj(y_bar)` gives its conjugate). The step is `step`, or `m`'s step rule for l
-    along a fixed random unit direction (one more batched evaluation).
+    with `conj(y_bar)` gives its conjugate). Each coordinate gets its own step: `step`, or
+    `m`'s step rule for l along that coordinate (one more batched evaluation), so that an
+    ill-conditioned coordinate gets the short step it needs.
 
     Args:
       m: a first-derivative method, e.g. `central_fdm(5, 1)`.
@@ -1069,7 +1257,8 @@ def _fd_vjp(m: FDMethod, f: Callable, y_bar: PyTree, args: tuple, *, step: float
     with _x64(name):
         w, check_output = _weights_for(name, y_bar)
         flat = _Flat(name, f, args, check_output, owner)
-        steps = _basis_steps(m, flat, w, step)
-        values = np.asarray(flat.basis(flat.x, np.outer(m._offsets, steps), w))  # (k, x.size)
-        x_bar = _combine(m._weights, values) / steps
+        rows = m._batch_size() if step is None else len(m._offsets)
+        steps = _basis_steps(m, flat, w, step, rows)
+        values = _basis_values(flat, m._offsets, steps, w, rows)[..., 0]  # (k, x.size)
+        x_bar = _divide(_combine(m._weights, values), steps)
         return tuple(layout.unflatten(part, "tangent", np) for layout, part in _split(x_bar, args))

@@ -128,9 +128,9 @@ def test_p_not_above_q_raises_with_message():
     "kwargs, error, pattern",
     [
         (dict(p=5.0, q=1), TypeError, "`p` must be an int"),
-        (dict(p=5, q=0), ValueError, "`q` must be >= 1"),
+        (dict(p=5, q=-1), ValueError, "`q` must be >= 0"),
         (dict(p=5, q=1, adapt=-1), ValueError, "`adapt` must be >= 0"),
-        (dict(p=5, q=1, max_range=0.0), ValueError, "`max_range` must be > 0"),
+        (dict(p=5, q=1, max_range=-1.0), ValueError, "`max_range` must be >= 0"),
         (dict(p=5, q=1, factor=-1.0), ValueError, "`factor` must be positive"),
     ],
 )
@@ -477,9 +477,9 @@ def test_large_batch_loop_gives_the_same_step_and_estimate(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    # adapt=1: the step's 6-point estimate of f^(5), then the 4 points with nonzero weight;
-    # adapt=2: first a 7-point estimate of f^(6). Small batches are padded to the largest.
-    "adapt, small, large", [(0, 4, 4), (1, 6 + 6, 6 + 4), (2, 7 + 7 + 7, 7 + 6 + 4)]
+    # adapt=1: the step's 7-point estimate of f^(5), then the 4 points with nonzero weight;
+    # adapt=2: first a 9-point estimate of f^(7). Small batches are padded to the largest.
+    "adapt, small, large", [(0, 4, 4), (1, 7 + 7, 7 + 4), (2, 9 + 9 + 9, 9 + 7 + 4)]
 )
 def test_large_batch_loop_evaluates_no_padding(adapt, small, large, monkeypatch):
     calls = []
@@ -610,3 +610,82 @@ def test_numpy_code_gets_an_error_that_names_rules_external():
 
     with pytest.raises(TypeError, match="ConcretizationTypeError"):
         fd_vjp(M, g, jnp.ones(4), (X,))
+
+
+# ------------------------------------------------------------------------------------------
+# Parity with FiniteDifferences.jl (issue 13): one step per coordinate, custom grids, limits
+# ------------------------------------------------------------------------------------------
+
+
+def _projector(a):
+    """The projector onto the eigenvector of the smallest eigenvalue of sym(a): smooth, with
+    high derivatives that grow as the gap to the next eigenvalue closes."""
+    _, v = jnp.linalg.eigh((a + a.T) / 2)
+    return jnp.outer(v[:, 0], v[:, 0])
+
+
+def test_each_coordinate_gets_its_own_step():
+    """An ill-conditioned input (eigenvalues 1 and 1.1 of a 6x6 matrix): a step chosen for
+    each coordinate, as FiniteDifferences.jl's jacobian does, keeps fd_vjp and fd_jacobian
+    to ~1e-12; one step shared along a random direction lost four digits (1.7e-9)."""
+    rng = np.random.default_rng(0)
+    noise = rng.standard_normal((6, 6)) * 0.01
+    a = np.diag([1.0, 1.1, 3.0, 3.5, 4.0, 5.0]) + (noise + noise.T) / 2
+    y, pullback = jax.vjp(_projector, jnp.asarray(a))
+    y_bar = rng.standard_normal(y.shape)
+    (exact,) = pullback(jnp.asarray(y_bar))
+    (got,) = fd_vjp(M, _projector, y_bar, (a,))
+    assert np.linalg.norm(got - exact) / np.linalg.norm(exact) < 1e-11
+    (jac,) = fd_jacobian(M, _projector, a)
+    exact_jac = jax.jacfwd(_projector)(jnp.asarray(a)).reshape(36, 36)
+    assert np.linalg.norm(jac - exact_jac) / np.linalg.norm(exact_jac) < 1e-10
+
+
+def test_a_step_rule_whose_points_leave_the_domain_shrinks_them():
+    """arccos near 1: the 7 points that estimate f^(5) at the default step reach past 1 (nan);
+    their step shrinks until they fit, so the step is fitted, not the default guess."""
+    x = np.array([0.99, -0.98, 0.97])
+    exact = -1 / np.sqrt(1 - x**2)
+    assert abs(M(jnp.arccos, 0.99) - exact[0]) < 1e-10
+    (got,) = fd_vjp(M, jnp.arccos, np.ones(3), (x,))
+    np.testing.assert_allclose(got, exact, rtol=1e-11)
+    np.testing.assert_allclose(np.diag(fd_jacobian(M, jnp.arccos, x)[0]), exact, rtol=1e-11)
+
+
+def test_per_coordinate_steps_share_one_compiled_evaluation_for_small_inputs(count_compiles):
+    """The step rule's batch and the stencil's are padded to one shape: one compilation."""
+    compiled = count_compiles("_basis")
+    fd_vjp(M, lambda x: jnp.sin(x) * x, jnp.ones(4), (X,))
+    assert len(compiled) == 1
+
+
+def test_max_range_zero_gives_no_finite_estimate_anywhere():
+    """FiniteDifferences.jl's `max_range=0`: no step fits, every estimate is nan (no error)."""
+    m = central_fdm(5, 1, max_range=0)
+    assert math.isnan(m(jnp.sin, 1.0))
+    assert np.all(np.isnan(fd_jvp(m, jnp.sin, (X,), (jnp.ones(4),))))
+    assert np.all(np.isnan(fd_vjp(m, jnp.sin, jnp.ones(4), (X,))[0]))
+    assert np.all(np.isnan(fd_jacobian(m, jnp.sin, X)[0][np.eye(4, dtype=bool)]))
+
+
+def test_custom_grids_and_zeroth_derivatives():
+    m = FDMethod.from_grid([-2, 0, 5], 1)
+    assert m.kind == "custom" and m.adapt == 0 and m.grid == (-2, 0, 5)
+    assert sum(c * g for c, g in zip(m.exact_coefs, m.grid)) == 1
+    assert repr(m).startswith("<FDMethod from_grid((-2, 0, 5), 1): grid=(-2, 0, 5)")
+    adapted = FDMethod.from_grid((0, 1, 3, 4), 1, adapt=1)
+    assert adapted._bound_estimator.kind == "forward"
+    assert abs(adapted(jnp.exp, 0.5) - math.exp(0.5)) < 1e-9
+    (x_bar,) = fd_vjp(m, jnp.sin, jnp.ones(4), (X,))
+    np.testing.assert_allclose(x_bar, jnp.cos(X), rtol=1e-8)
+    with pytest.raises(ValueError, match="distinct"):
+        FDMethod.from_grid([0, 1, 1], 1)
+    with pytest.raises(TypeError, match="must hold ints"):
+        FDMethod.from_grid([0, 0.5, 1], 1)
+    with pytest.raises(ValueError, match=r"p > q"):
+        FDMethod.from_grid([0, 1], 2)
+    assert central_fdm(3, 0)(jnp.exp, 0.3) == float(jnp.exp(0.3))  # q = 0: f itself
+    # with a step, the stencil itself: the mean of f at x -+ h for a 2-point central grid
+    assert central_fdm(2, 0)(jnp.exp, 0.3, step=0.1) == pytest.approx(math.exp(0.3) * math.cosh(0.1), rel=1e-14)
+    with pytest.raises(ValueError, match=r"q=1.*q=0"):
+        fd_jvp(central_fdm(3, 0), jnp.exp, (X,), (X,))
