@@ -13,6 +13,7 @@ from ._primitive import unwrap
 from ._projection import ProjectTo, is_differentiable_leaf
 from ._registry import frule, function_name, register_examples, rrule, warn_if_plain
 from ._thunks import thunk, unthunk
+from ._notimplemented import NotImplementedTangent
 from ._zeros import AbstractZero, NoTangent, ZeroTangent
 
 __all__ = ["scalar_rule", "non_differentiable", "ignore_derivatives"]
@@ -111,7 +112,10 @@ def scalar_rule(
             acc: Any = ZeroTangent()
             for x, x_dot, p in zip(args, tangents[1:], row):
                 x_dot = unthunk(x_dot)
-                if isinstance(x_dot, AbstractZero) or not is_differentiable_leaf(x):
+                if isinstance(x_dot, AbstractZero) or isinstance(p, AbstractZero) or not is_differentiable_leaf(x):
+                    continue
+                if isinstance(p, NotImplementedTangent):  # the tangent is not implemented either
+                    acc = acc + p
                     continue
                 acc = acc + _broadcast(p, shape) * _broadcast(x_dot, shape)
             dots.append(acc)
@@ -128,10 +132,10 @@ def scalar_rule(
             acc: Any = ZeroTangent()
             for j, row in enumerate(table):
                 g = unthunk(y_bar[j] if multi else y_bar)
-                if isinstance(g, AbstractZero):
+                if isinstance(g, AbstractZero) or isinstance(row[i], AbstractZero):
                     continue
-                acc = acc + g * jnp.conj(row[i])
-            if isinstance(acc, AbstractZero):
+                acc = acc + (row[i] if isinstance(row[i], NotImplementedTangent) else g * jnp.conj(row[i]))
+            if isinstance(acc, (AbstractZero, NotImplementedTangent)):
                 return acc
             return projectors[i](_unbroadcast(acc, shapes[i]))
 

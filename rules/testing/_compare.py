@@ -15,13 +15,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._lowering import _tangent_leaves
+from .._lowering import _jax_children, _tangent_leaves
+from .._notimplemented import NotImplementedTangent
 from .._projection import is_differentiable_leaf
 from .._tangent import Tangent
-from .._thunks import unthunk
-from .._zeros import AbstractZero, NoTangent
+from .._thunks import AbstractThunk, unthunk
+from .._zeros import AbstractZero, NoTangent, ZeroTangent
 
-__all__ = ["WithTangent", "with_tangent", "rand_tangent", "test_approx", "dense_like", "default_tolerance"]
+__all__ = [
+    "WithTangent",
+    "with_tangent",
+    "rand_tangent",
+    "test_approx",
+    "dense_like",
+    "default_tolerance",
+    "not_implemented_mask",
+    "without_not_implemented",
+    "mask_leaves",
+]
 
 
 class WithTangent(NamedTuple):
@@ -32,7 +43,10 @@ class WithTangent(NamedTuple):
 
 
 def with_tangent(x: Any, x_dot: Any) -> WithTangent:
-    """Mark an argument of a tester with its tangent; `with_tangent(n, NoTangent())` excludes it.
+    """Mark an argument (or the function) of a tester with its tangent.
+
+    `with_tangent(n, NoTangent())` marks an argument that is not differentiated: its
+    cotangent must then be `NoTangent()`, as in ChainRulesTestUtils (`n ⊢ NoTangent()`).
 
     >>> from rules import NoTangent
     >>> from rules.testing import with_tangent
@@ -76,7 +90,10 @@ def rand_tangent(x: Any, *, seed: int | np.random.Generator = 0) -> Any:
         if jnp.issubdtype(dtype, jnp.complexfloating):
             value = value + 1j * rng.standard_normal(shape)
         if isinstance(leaf, (float, complex)):
-            return type(leaf)(value)
+            try:
+                return type(leaf)(value)
+            except TypeError:  # a float subclass with more to its constructor (JAX's TypedFloat)
+                return (complex if isinstance(leaf, complex) else float)(value)
         return jnp.asarray(value, dtype)
 
     return jax.tree_util.tree_map(leaf_tangent, x)
@@ -99,6 +116,62 @@ def dense_like(t: Any, like: Any, *, name: str = "tangent", index: Any = "output
         else:
             out.append(jnp.asarray(unthunk(part)))
     return jax.tree_util.tree_unflatten(tree, out)
+
+
+def without_not_implemented(t: Any) -> Any:
+    """`t` with every `NotImplementedTangent` in it (thunks evaluated) replaced by `ZeroTangent()`."""
+
+    def replace(v):
+        v = unthunk(v)
+        if isinstance(v, NotImplementedTangent):
+            return ZeroTangent()
+        if isinstance(v, (Tangent, list, tuple, dict)):
+            return without_not_implemented(v)
+        return v
+
+    return jax.tree_util.tree_map(
+        replace, unthunk(t), is_leaf=lambda v: isinstance(v, (NotImplementedTangent, AbstractThunk))
+    )
+
+
+def not_implemented_mask(t: Any, like: Any) -> list[bool]:
+    """For each leaf of `like`, whether a `NotImplementedTangent` in the tangent `t` covers it.
+
+    ChainRulesTestUtils marks such a comparison broken rather than failed: a rule may say
+    it does not implement a derivative. Structures that do not match count as not covered
+    (`dense_like` reports them).
+    """
+
+    def walk(t: Any, primal: Any) -> list[bool]:
+        n = jax.tree_util.tree_structure(primal).num_leaves
+        t = unthunk(t)
+        if isinstance(t, NotImplementedTangent):
+            return [True] * n
+        split = None if isinstance(t, AbstractZero) or n == 0 else _jax_children(primal)
+        if split is None:
+            return [False] * n
+        if isinstance(t, Tangent):
+            lookup = dict(t.items())
+        else:
+            t_split = _jax_children(t) if type(t) is type(primal) else None
+            lookup = dict(t_split[0]) if t_split is not None else {}
+        out: list[bool] = []
+        for key, child in split[0]:
+            out += walk(lookup.get(key, ZeroTangent()), child)
+        return out
+
+    return walk(t, like)
+
+
+def mask_leaves(tree: Any, mask: list[bool], like: Any) -> Any:
+    """`tree` (shaped like `like`) with the leaves `mask` marks set to zeros, so that a
+    comparison skips them."""
+    if not any(mask):
+        return tree
+    mask_tree = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), list(mask))
+    return jax.tree_util.tree_map(
+        lambda m, v: np.zeros_like(np.asarray(v)) if m and is_differentiable_leaf(v) else v, mask_tree, tree
+    )
 
 
 def default_tolerance(*trees: Any) -> tuple[float, float]:
@@ -195,10 +268,26 @@ def test_approx(actual: Any, expected: Any, msg: str = "", *, rtol: float | None
     See also: `test_rrule`, `chex.assert_trees_all_close`.
     """
     actual, expected = unthunk(actual), unthunk(expected)
+    if isinstance(actual, NotImplementedTangent) or isinstance(expected, NotImplementedTangent):
+        # a derivative the rule says it does not implement: ChainRulesTestUtils marks the
+        # comparison broken, not failed; two of them must be the same one
+        if isinstance(actual, NotImplementedTangent) and isinstance(expected, NotImplementedTangent):
+            if (actual.info, actual.source) != (expected.info, expected.source):
+                raise AssertionError(
+                    "test_approx: two different NotImplementedTangents" + (f": {msg}" if msg else "")
+                    + f"\n  expected: {expected!r}\n  got:      {actual!r}"
+                )
+        return
     if isinstance(expected, (Tangent, AbstractZero)) and not isinstance(actual, (Tangent, AbstractZero)):
         actual, expected = expected, actual
     if isinstance(expected, AbstractZero) and isinstance(actual, AbstractZero):
         return
+    if isinstance(expected, AbstractZero) or isinstance(actual, AbstractZero):
+        tangent = actual if isinstance(expected, AbstractZero) else expected
+        if isinstance(tangent, Tangent):  # a zero against a Tangent: every field must be zero
+            for key, value in tangent.items():
+                test_approx(value, ZeroTangent(), f"{msg} (field {key!r})".strip(), rtol=rtol, atol=atol)
+            return
     like = expected
     if isinstance(expected, Tangent):  # both Tangents: compare field by field
         if not isinstance(actual, Tangent) or actual.primal_type is not expected.primal_type:
@@ -208,9 +297,11 @@ def test_approx(actual: Any, expected: Any, msg: str = "", *, rtol: float | None
             test_approx(actual[key], expected[key], f"{msg} (field {key!r})", rtol=rtol, atol=atol)
         return
     try:
-        actual = dense_like(actual, like, name="test_approx")
+        skip = not_implemented_mask(actual, like)  # leaves a NotImplementedTangent covers
+        actual = mask_leaves(dense_like(without_not_implemented(actual), like, name="test_approx"), skip, like)
     except Exception as err:  # structure mismatch: say so in the tester's words
         raise AssertionError(f"test_approx: {msg}\n  structures differ: {err}") from None
+    like = mask_leaves(like, skip, like)
     if rtol is None or atol is None:
         d_rtol, d_atol = default_tolerance(like, actual)
         rtol = d_rtol if rtol is None else rtol

@@ -10,6 +10,7 @@ shows expected against got; success returns a `RuleReport`.
 from __future__ import annotations
 
 import contextvars
+import copy
 import dataclasses
 import functools
 import math
@@ -20,14 +21,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._errors import ForwardModeError, describe_argument, format_message
+from .._errors import ForwardModeError, RuleDefinitionError, describe_argument, format_message
+from .._notimplemented import NotImplementedTangent
 from .._primitive import Primitive, unwrap
 from .._projection import is_differentiable_leaf, tangent_dtype
-from .._registry import frule, function_name, has_frule, has_rrule, rrule
+from .._registry import frule, function_name, rrule
 from .._lowering import _tangent_leaves, conj_tree, lowered_rules
-from .._thunks import InplaceableThunk, Thunk, unthunk
+from .._thunks import AbstractThunk, InplaceableThunk, Thunk, unthunk
 from .._zeros import AbstractZero, NoTangent, ZeroTangent
-from ._compare import WithTangent, _perturbable, compare_trees, default_tolerance, dense_like, rand_tangent, test_approx
+from ._compare import (
+    WithTangent,
+    _perturbable,
+    compare_trees,
+    default_tolerance,
+    dense_like,
+    mask_leaves,
+    not_implemented_mask,
+    rand_tangent,
+    test_approx,
+    without_not_implemented,
+)
 from ._finite_differences import FDMethod, _fd_inner_jvps, _fd_vjp, _x64, central_fdm, fd_jacobian, fd_jvp
 
 __all__ = ["RuleReport", "test_rrule", "test_frule", "test_scalar"]
@@ -53,6 +66,8 @@ _tested: contextvars.ContextVar[Any] = contextvars.ContextVar("rules_tested", de
 
 
 def _arg(index: int, path: str = "") -> str | None:
+    if index == -1:  # the function itself: a callable with differentiable fields
+        return "the function itself (f_bar)" + (f" at path {path}" if path else "")
     return describe_argument(index, path, fn=_tested.get())
 
 
@@ -103,27 +118,119 @@ def _upcast(tree: Any) -> Any:
         return jax.tree_util.tree_map(up, tree)
 
 
-class _Problem:
-    """f with its non-perturbed arguments fixed: a function of the perturbed ones only."""
+# Keyword arguments of the testers themselves; test_scalar passes the others on to f.
+_TESTER_OPTIONS = frozenset({
+    "output_tangent", "rtol", "atol", "fdm", "check_jit", "check_vmap", "check_thunked_output_tangent",
+    "mode", "seed", "rrule_f", "frule_f",
+})
 
-    def __init__(self, f: Callable, primals: tuple, tangents: tuple, fkwargs: dict):
-        self.primals, self.fkwargs = primals, fkwargs
-        self.index = [i for i, (x, t) in enumerate(zip(primals, tangents)) if _perturbable(x) and not isinstance(t, NoTangent)]
+
+def _unpack_function(f: Any, seed: int) -> tuple[Any, Any]:
+    """The function under test and its tangent: `with_tangent(f, f_dot)`, else a random one
+    (`NoTangent()` for a function without differentiable fields), as ChainRulesTestUtils
+    does: a callable struct is perturbed like an argument, and `f_bar` is checked."""
+    if isinstance(f, WithTangent):
+        return f.primal, f.tangent
+    return f, rand_tangent(f, seed=seed + 5)
+
+
+def _has(table: Any, f: Any, primals: tuple) -> bool:
+    """Whether a rule of `table` applies; an unhashable callable carries none."""
+    try:
+        return table.lookup(f, primals) is not None
+    except TypeError:  # rules are keyed by the callable: an unhashable one has none
+        return False
+
+
+def _unlowered(f: Any, problem: _Problem) -> str | None:
+    """Why the lowered primitive of `f` cannot be checked, or None."""
+    if problem.f_perturbed:
+        return "lowered primitive not checked: f has a tangent, and JAX differentiates arguments only"
+    try:
+        hash(f)
+    except TypeError:
+        return "lowered primitive not checked: f is unhashable, so no rule can be keyed on it"
+    return None
+
+
+def _call_rule(tester: str, name: str, kind: str, call: Callable[[], Any]) -> tuple:
+    """The rule's result `(y, pullback)` / `(y, y_dot)`; a broken convention is a failure."""
+    shape = "(y, pullback)" if kind == "rrule" else "(y, y_dot)"
+    try:
+        result = call()
+    except RuleDefinitionError as err:
+        _fail(tester, name, f"the {kind} does not follow ChainRules' conventions",
+              expected=f"a pair {shape}", got=str(err).replace("\n", "\n            "))
+    if result is None:
+        _fail(tester, name, f"no {kind} applies (the rule function returned None)", expected=f"a pair {shape}")
+    if not (isinstance(result, tuple) and len(result) == 2):
+        _fail(tester, name, f"the {kind} must return {shape}",
+              expected=f"a pair {shape}", got=f"{type(result).__name__}"
+              + (f" of length {len(result)}" if isinstance(result, tuple) else ""))
+    return result
+
+
+def _evaluated(t: Any) -> Any:
+    """`t` with every thunk in it evaluated, once (NotImplementedTangents kept)."""
+    return jax.tree_util.tree_map(
+        lambda v: _evaluated(unthunk(v)) if isinstance(v, AbstractThunk) else v,
+        unthunk(t),
+        is_leaf=lambda v: isinstance(v, AbstractThunk),
+    )
+
+
+def _zero_like(x: Any) -> Any:
+    """A natural zero tangent of x (zeros in its structure), or NoTangent() if it has none."""
+    if not _perturbable(x):
+        return NoTangent()
+    return jax.tree_util.tree_map(lambda leaf: jnp.zeros_like(leaf) if is_differentiable_leaf(leaf) else leaf, x)
+
+
+class _Problem:
+    """f with its non-perturbed arguments fixed: a function of the perturbed ones only.
+
+    Slots are argument indices (0-based), and -1 for the function itself when it has
+    differentiable fields and a tangent (a callable struct), as ChainRulesTestUtils'
+    `call(f, xs...)` perturbs f too.
+    """
+
+    def __init__(self, f: Callable, primals: tuple, tangents: tuple, fkwargs: dict, f_dot: Any = NoTangent()):
+        self.f, self.primals, self.fkwargs = f, primals, fkwargs
+        self.f_perturbed = _perturbable(f) and not isinstance(f_dot, NoTangent)
+        self.index = ([-1] if self.f_perturbed else []) + [
+            i for i, (x, t) in enumerate(zip(primals, tangents)) if _perturbable(x) and not isinstance(t, NoTangent)
+        ]
         self.raw, self.prim = unwrap(f), (f if isinstance(f, Primitive) else Primitive(f))
-        self.args = tuple(primals[i] for i in self.index)
-        self.tangents = tuple(dense_like(tangents[i], primals[i]) for i in self.index)
+        every = (f_dot, *tangents)
+        self.args = tuple(self.primal(i) for i in self.index)
+        self.tangents = tuple(dense_like(every[1 + i], self.primal(i)) for i in self.index)
+
+    def primal(self, i: int) -> Any:
+        return self.f if i < 0 else self.primals[i]
+
+    def without(self, drop: set) -> _Problem:
+        """The same problem with the slots in `drop` fixed (not perturbed)."""
+        keep = [k for k, i in enumerate(self.index) if i not in drop]
+        new = copy.copy(self)
+        new.index = [self.index[k] for k in keep]
+        new.args = tuple(self.args[k] for k in keep)
+        new.tangents = tuple(self.tangents[k] for k in keep)
+        new.f_perturbed = -1 in new.index
+        return new
 
     def merge(self, dargs: tuple) -> list:
-        full = list(self.primals)
+        full = [self.f, *self.primals]
         for i, d in zip(self.index, dargs):
-            full[i] = d
+            full[1 + i] = d
         return full
 
     def raw_fn(self, *dargs):
-        return self.raw(*self.merge(dargs), **self.fkwargs)
+        f, *full = self.merge(dargs)
+        return unwrap(f)(*full, **self.fkwargs)
 
     def prim_fn(self, *dargs):
-        return self.prim(*self.merge(dargs), **self.fkwargs)
+        _, *full = self.merge(dargs)  # the lowered checks never perturb f
+        return self.prim(*full, **self.fkwargs)
 
     def size(self) -> int:
         return sum(np.size(l) * (2 if jnp.iscomplexobj(l) else 1) for l in jax.tree_util.tree_leaves(self.args) if is_differentiable_leaf(l))
@@ -138,6 +245,17 @@ def _jax_seed(y_bar_dense: Any, y: Any) -> Any:
         return jnp.conj(yb) if jnp.iscomplexobj(leaf) else jnp.asarray(yb, jnp.result_type(leaf))
 
     return jax.tree_util.tree_map(seed, y_bar_dense, y)
+
+
+def _jax_tangents(tangents: Any, args: Any) -> Any:
+    """Dense tangents as `jax.jvp` takes them: float0 zeros for the int and bool leaves."""
+
+    def tangent(t, leaf):
+        if is_differentiable_leaf(leaf) or not isinstance(leaf, (int, np.ndarray, np.generic, jax.Array)):
+            return t
+        return np.zeros(np.shape(leaf), jax.dtypes.float0)
+
+    return jax.tree_util.tree_map(tangent, tangents, args)
 
 
 def _real_inner(a: Any, b: Any) -> tuple[float, float]:
@@ -171,17 +289,46 @@ def _lowered_tol(*trees: Any) -> tuple[float, float]:
     return (2e-5, 1e-6) if rtol > 1e-6 else (1e-9, 1e-12)
 
 
-def _batch(tree: Any, rng: np.random.Generator) -> tuple[Any, Any]:
-    """Two slightly different copies of the float leaves stacked, and matching in_axes."""
+# Relative sizes tried for the second point of the jax.vmap checks, largest first. The first
+# whose results are finite wherever the first point's are keeps f inside its domain (arccos
+# at 0.99 must not be moved past 1); 0 repeats the point, and the batch still differs in its
+# seed (y_bar or the tangents).
+_VMAP_STEPS = (1e-3, 1e-6, 0.0)
+
+
+def _batch(tree: Any, seed: int, scale: float = 0.05, relative: bool = False) -> tuple[Any, Any]:
+    """Two slightly different copies of the float leaves stacked, and matching in_axes: the
+    second moved by `scale` times a random direction (times the entry itself if `relative`).
+    The same seed gives the same direction."""
+    rng = np.random.default_rng(seed)
 
     def stack(leaf):
         if not is_differentiable_leaf(leaf):
             return leaf
-        other = jnp.asarray(leaf) + 0.05 * jnp.asarray(rand_tangent(jnp.asarray(leaf), seed=rng))
-        return jnp.stack([jnp.asarray(leaf), other.astype(jnp.result_type(leaf))])
+        x = jnp.asarray(leaf)
+        r = jnp.asarray(rand_tangent(x, seed=rng))
+        other = x + scale * (r * x if relative else r)
+        return jnp.stack([x, other.astype(jnp.result_type(leaf))])
 
     axes = jax.tree_util.tree_map(lambda l: 0 if is_differentiable_leaf(l) else None, tree)
     return jax.tree_util.tree_map(stack, tree), axes
+
+
+def _finite_pattern(tree: Any) -> list[np.ndarray]:
+    return [np.isfinite(np.asarray(l)) for l in jax.tree_util.tree_leaves(tree) if is_differentiable_leaf(l)]
+
+
+def _second_point(fn: Callable, args: Any, other: Any, first: Any, seed: int) -> tuple[Any, Any, Any]:
+    """The batched `args` for a jax.vmap check, whose second point stays where f is defined:
+    `(args_b, axes, fn(second point))`, `other` being the second point's other inputs."""
+    want = _finite_pattern(first)
+    for scale in _VMAP_STEPS:
+        args_b, axes = _batch(args, seed, scale, relative=True)
+        second = fn(_slice(args_b, axes, 1), other)
+        got = _finite_pattern(second)
+        if len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(got, want)):
+            break
+    return args_b, axes, second
 
 
 def _slice(tree: Any, axes: Any, k: int) -> Any:
@@ -241,21 +388,29 @@ def test_rrule(
     check_thunked_output_tangent: bool = True,
     mode: str = "auto",
     seed: int = 0,
+    rrule_f: Callable | None = None,
     **fkwargs: Any,
 ) -> RuleReport:
     """Check the rrule of `f` at `args` against finite differences and through JAX.
 
     Arguments may be marked `with_tangent(x, x_dot)`; `with_tangent(n, NoTangent())`
-    leaves an argument out. Checks: a rule applies; its primal equals `f(*args)`; the
-    pullback returns `1 + nargs` cotangents; arguments that cannot be perturbed get
-    `NoTangent()`; each cotangent has its primal's shape and dtype and matches finite
-    differences (mode "exact": the full `J^T y_bar`; "fast": `<y_bar, J x_dot>` against
-    `<x_bar, x_dot>` along one direction per argument, the rule's own cotangent plus a
-    random direction, each one finite difference of a scalar; "auto": exact up to 2048 input
-    elements); a thunked seed gives the same cotangents; `InplaceableThunk`s agree; and the
-    lowered primitive's `jax.vjp` equals the pullback eagerly, under `jax.jit`, and under
-    `jax.vmap` (batched equals looped). float32 rules are differenced in float64 with looser
-    default tolerances.
+    marks an argument not to be differentiated, and its cotangent must then be
+    `NoTangent()`. `f` may be marked too: a callable with differentiable fields (a
+    NamedTuple or dataclass pytree with `__call__`) is perturbed like an argument (randomly
+    unless marked) and its cotangent `f_bar` is checked; any other function must get
+    `f_bar = NoTangent()`. Checks: a rule applies; its primal equals `f(*args)`; the
+    pullback returns `1 + nargs` cotangents; arguments that cannot or must not be perturbed
+    get `NoTangent()` (not `ZeroTangent()`); each cotangent has its primal's shape and dtype
+    and matches finite differences (mode "exact": the full `J^T y_bar`; "fast":
+    `<y_bar, J x_dot>` against `<x_bar, x_dot>` along one direction per argument, the
+    rule's own cotangent plus a random direction, each one finite difference of a scalar;
+    "auto": exact up to 2048 input elements); a thunked seed gives the same cotangents;
+    `InplaceableThunk`s agree; and the lowered primitive's `jax.vjp` equals the pullback
+    eagerly, under `jax.jit`, and under `jax.vmap` (batched equals looped). A
+    `NotImplementedTangent` (`rules.not_implemented`) is not checked, as ChainRulesTestUtils
+    marks it broken rather than failed. float32 rules are differenced in float64 with looser
+    default tolerances. `rrule_f(f, *args, **fkwargs)` replaces `rules.rrule`, e.g.
+    `rules.rrule_via_ad` to check JAX's own derivative in ChainRules' conventions.
 
     >>> import jax.numpy as jnp
     >>> import rules
@@ -277,15 +432,16 @@ def test_rrule(
     See also: `test_frule`, `test_scalar`, `with_tangent`, `test_approx`.
     """
     start = time.perf_counter()
+    f, f_dot = _unpack_function(f, seed)
     _tested.set(f)
     tester, name = "test_rrule", function_name(f)
     primals, tangents = _unpack(args, seed)
-    if rrule.lookup(f, primals) is None:
+    if rrule_f is None and not _has(rrule, f, primals):
         _fail(tester, name, "no rrule applies",
               got="arguments of types (" + ", ".join(type(x).__name__ for x in primals) + ")",
               fix=f"register one with `@rules.rrule.register({name})` (or `@{name}.rrule`)")
-    y, pullback = rrule(f, *primals, **fkwargs)
-    problem = _Problem(f, primals, tangents, fkwargs)
+    y, pullback = _call_rule(tester, name, "rrule", lambda: (rrule_f or rrule)(f, *primals, **fkwargs))
+    problem = _Problem(f, primals, tangents, fkwargs, f_dot)
     y_expected = problem.raw(*primals, **fkwargs)
     try:
         test_approx(y, y_expected, rtol=rtol, atol=atol)
@@ -295,23 +451,29 @@ def test_rrule(
     y_bar_dense = dense_like(y_bar, y)
     cts = _check_arity(tester, name, pullback(y_bar), len(primals))
     checks = ["primal", "arity"]
-    if not isinstance(unthunk(cts[0]), AbstractZero):
-        _fail(tester, name, "the cotangent of the function itself must be NoTangent() for a plain function",
-              argument="f_bar (entry 0)", expected="NoTangent()", got=repr(cts[0]))
-    dense = {}
-    for i, (x, ct) in enumerate(zip(primals, cts[1:])):
-        if not _perturbable(x):
-            _check_no_tangent(tester, name, i, ct)
-            continue
+    dense, masks, broken = {}, {}, []
+    for i in range(-1, len(primals)):
+        x, ct = problem.primal(i), cts[1 + i]
         if i not in problem.index:
+            _check_no_tangent(tester, name, i, ct, "function" if i < 0 else ("marked" if _perturbable(x) else "fixed"))
             continue
         parts = jax.tree_util.tree_flatten_with_path(ct, is_leaf=lambda t: isinstance(t, InplaceableThunk))[0]
         for path, part in parts:
             if isinstance(part, InplaceableThunk):
                 _check_inplaceable(tester, name, i, part, jax.tree_util.keystr(path))
-        _check_dtypes(tester, name, unthunk(ct), x, i)
-        dense[i] = dense_like(ct, x, name=name, index=i)
+        value = _evaluated(ct)
+        mask = not_implemented_mask(value, x)
+        if mask and all(mask):
+            broken.append(i)
+            continue
+        value = without_not_implemented(value)
+        _check_dtypes(tester, name, value, x, i)
+        dense[i] = dense_like(value, x, name=name, index=i)
+        if any(mask):
+            masks[i] = mask
     checks.append("dtypes")
+    if broken or masks:
+        checks.append("not implemented (not checked): " + ", ".join(_arg(i) for i in broken + list(masks)))
     if rtol is None or atol is None:
         d_rtol, d_atol = default_tolerance(primals, y)
         rtol, atol = (d_rtol if rtol is None else rtol), (d_atol if atol is None else atol)
@@ -323,29 +485,40 @@ def test_rrule(
     if use_mode not in ("exact", "fast"):
         raise ValueError(f"`test_rrule`: mode must be 'auto', 'exact' or 'fast'; got {mode!r}.")
     worst = 0.0
-    if problem.index:
-        args64, y_bar64 = _upcast(problem.args), _upcast(y_bar_dense)
+    # fast mode probes whole arguments: one partly not implemented is left out
+    checked = problem.without(set(broken) | (set(masks) if use_mode == "fast" else set()))
+    if checked.index:
+        args64, y_bar64 = _upcast(checked.args), _upcast(y_bar_dense)
         if use_mode == "exact":
-            expected = _fd_vjp(m, problem.raw_fn, y_bar64, args64, owner=problem.raw)
-            for i, exp in zip(problem.index, expected):
+            expected = _fd_vjp(m, checked.raw_fn, y_bar64, args64, owner=problem.raw)
+            for i, exp in zip(checked.index, expected):
+                got, x = dense[i], problem.primal(i)
+                if i in masks:
+                    got, exp = mask_leaves(got, masks[i], x), mask_leaves(exp, masks[i], x)
                 worst = max(worst, _check_close(tester, name, "cotangent does not match finite differences",
-                                                dense[i], exp, rtol, atol, _arg(i)))
+                                                got, exp, rtol, atol, _arg(i)))
         else:
-            worst = _fast_check(tester, name, problem, m, args64, y_bar64, dense, rtol, atol)
+            worst = _fast_check(tester, name, checked, m, args64, y_bar64, dense, rtol, atol)
         checks.append(f"finite differences ({use_mode})")
 
     if check_thunked_output_tangent:
         again = _check_arity(tester, name, pullback(Thunk(lambda: y_bar)), len(primals))
         for i in dense:
+            x = problem.primal(i)
+            got = mask_leaves(dense_like(without_not_implemented(again[1 + i]), x), masks.get(i, []), x)
             _check_close(tester, name, "a thunked seed gives a different cotangent",
-                         dense_like(again[1 + i], primals[i]), dense[i], 1e-12, 1e-14, _arg(i))
+                         got, mask_leaves(dense[i], masks.get(i, []), x), 1e-12, 1e-14, _arg(i))
         checks.append("thunked seed")
 
-    modes = "fwd+rev" if has_frule(f, *primals) else ""
-    if problem.index:
-        checks += _lowered(tester, name, _check_lowered_vjp, problem, y_bar_dense, y, dense, check_jit, check_vmap, seed)
+    modes = "fwd+rev" if _has(frule, f, primals) else ""
+    lowered = problem.without(set(broken) | set(masks))  # JAX would raise on a NotImplementedTangent
+    if _unlowered(f, problem):
+        checks.append(_unlowered(f, problem))
+    elif lowered.index:
+        checks += _lowered(tester, name, _check_lowered_vjp, lowered, y_bar_dense, y, dense,
+                           check_jit, check_vmap, seed)
         if not modes:
-            forward = _lowered(tester, name, _check_forward_by_transposition, problem, y_bar_dense, y, dense)
+            forward = _lowered(tester, name, _check_forward_by_transposition, lowered, y_bar_dense, y, dense)
             checks += forward
             modes = "fwd+rev" if forward else "rev"
     return RuleReport(name, "rrule", use_mode, worst, tuple(checks), time.perf_counter() - start, modes or "rev")
@@ -441,17 +614,29 @@ def _check_arity(tester, name, cts, nargs) -> tuple:
     return cts
 
 
-def _check_no_tangent(tester, name, i, ct) -> None:
+def _check_no_tangent(tester, name, i, ct, why: str = "fixed") -> None:
+    """A slot that is not differentiated must get `NoTangent()`: an argument that cannot be
+    perturbed (`why="fixed"`), one marked `with_tangent(x, NoTangent())` ("marked"), or the
+    function itself when it has no tangent ("function"). A `NotImplementedTangent` passes,
+    as ChainRulesTestUtils marks it broken rather than failed."""
     value = unthunk(ct)
-    if isinstance(value, NoTangent):
+    if isinstance(value, (NoTangent, NotImplementedTangent)):
         return
+    got = "ZeroTangent()" if isinstance(value, ZeroTangent) else type(value).__name__
+    if why == "function":
+        _fail(tester, name, "the cotangent of the function itself must be NoTangent() for a function "
+              "without a tangent", argument="f_bar (entry 0)", expected="NoTangent()", got=got,
+              fix="return NoTangent() first; a callable with differentiable fields is checked when it "
+              "has a tangent (`with_tangent(f, f_dot)`, or a random one for a pytree)")
+    what = ("an argument that cannot be perturbed" if why == "fixed"
+            else "an argument marked with_tangent(x, NoTangent())")
     if isinstance(value, ZeroTangent):
-        _fail(tester, name, "an argument that cannot be perturbed got ZeroTangent()",
+        _fail(tester, name, f"{what} got ZeroTangent()",
               argument=_arg(i), expected="NoTangent()", got="ZeroTangent()",
               fix="return NoTangent(): ZeroTangent says perturbing the input changes nothing, "
               "NoTangent says it cannot be perturbed at all (ints, bools, strings, indices)")
-    _fail(tester, name, "an argument that cannot be perturbed got a cotangent",
-          argument=_arg(i), expected="NoTangent()", got=f"{type(value).__name__}")
+    _fail(tester, name, f"{what} got a cotangent", argument=_arg(i), expected="NoTangent()", got=got,
+          fix=None if why == "fixed" else "return NoTangent() for it, or give it a tangent to check its cotangent")
 
 
 def _check_inplaceable(tester, name, i, part: InplaceableThunk, path: str) -> None:
@@ -484,13 +669,11 @@ def _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, 
                          g, w, rtol, atol, _arg(i))
         done.append(label)
     if check_vmap:
-        rng = np.random.default_rng(seed + 3)
-        args_b, args_axes = _batch(problem.args, rng)
-        ybar_b, ybar_axes = _batch(y_bar_dense, rng)
+        ybar_b, ybar_axes = _batch(y_bar_dense, seed + 4)
+        first = results["jax.vjp"]  # batch element 0 is the unbatched problem
+        args_b, args_axes, second = _second_point(vjp_cr, problem.args, _slice(ybar_b, ybar_axes, 1), first, seed + 3)
         batched = jax.vmap(vjp_cr, in_axes=(args_axes, ybar_axes))(args_b, ybar_b)
-        for k in range(2):
-            # batch element 0 is the unbatched problem, whose jax.vjp was just computed
-            looped = results["jax.vjp"] if k == 0 else vjp_cr(_slice(args_b, args_axes, k), _slice(ybar_b, ybar_axes, k))
+        for k, looped in ((0, first), (1, second)):
             got = jax.tree_util.tree_map(lambda b: b[k], batched)
             _check_close(tester, name, f"jax.vmap: batched differs from looped (batch element {k})",
                          got, looped, rtol, atol)
@@ -505,7 +688,7 @@ def _check_forward_by_transposition(tester, name, problem, y_bar_dense, y, dense
     primitive has reverse mode only, which is reported, not failed).
     """
     try:
-        _, y_dot = jax.jvp(problem.prim_fn, problem.args, problem.tangents)
+        _, y_dot = jax.jvp(problem.prim_fn, problem.args, _jax_tangents(problem.tangents, problem.args))
     except ForwardModeError:
         return []
     lhs, lhs_scale = _real_inner(y_bar_dense, y_dot)
@@ -530,15 +713,20 @@ def test_frule(
     check_jit: bool = True,
     check_vmap: bool = True,
     seed: int = 0,
+    frule_f: Callable | None = None,
     **fkwargs: Any,
 ) -> RuleReport:
     """Check the frule of `f` at `args` against finite differences and through JAX.
 
     Checks: a rule applies; its primal equals `f(*args)`; the tangent has the output's
-    shape and dtype and matches `fd_jvp`; where the primitive is lowered through
-    `jax.custom_jvp` (no rrule), `jax.jvp` of it equals the frule, under `jax.jit` and
-    `jax.vmap`; where an rrule exists too, the transposition identity
-    `<y_bar, frule(x_dot)> == <rrule(y_bar), x_dot>` (ChainRules' convention) holds.
+    shape and dtype and matches `fd_jvp`; an `InplaceableThunk` tangent's `add_fn(acc)`
+    equals `acc + val`; where the primitive is lowered through `jax.custom_jvp` (no
+    rrule), `jax.jvp` of it equals the frule, under `jax.jit` and `jax.vmap`; where an
+    rrule exists too, the transposition identity `<y_bar, frule(x_dot)> == <rrule(y_bar),
+    x_dot>` (ChainRules' convention) holds. As in `test_rrule`, a callable `f` with
+    differentiable fields is perturbed too (its tangent is the frule's `f_dot`), and
+    `NotImplementedTangent`s are not checked. `frule_f(tangents, f, *args, **fkwargs)`
+    replaces `rules.frule`, e.g. `rules.frule_via_ad`.
 
     >>> import rules
     >>> from rules.testing import test_frule
@@ -557,70 +745,95 @@ def test_frule(
     See also: `test_rrule`, `test_scalar`, `with_tangent`.
     """
     start = time.perf_counter()
+    f, f_dot = _unpack_function(f, seed)
     _tested.set(f)
     tester, name = "test_frule", function_name(f)
     primals, tangents = _unpack(args, seed)
-    if frule.lookup(f, primals) is None:
+    if frule_f is None and not _has(frule, f, primals):
         _fail(tester, name, "no frule applies",
               got="arguments of types (" + ", ".join(type(x).__name__ for x in primals) + ")",
               fix=f"register one with `@rules.frule.register({name})` (or `@{name}.frule`)")
-    problem = _Problem(f, primals, tangents, fkwargs)
-    y, y_dot = frule((NoTangent(), *tangents), f, *primals, **fkwargs)
+    problem = _Problem(f, primals, tangents, fkwargs, f_dot)
+    given = (f_dot if problem.f_perturbed else NoTangent(), *tangents)
+    y, y_dot = _call_rule(tester, name, "frule", lambda: (frule_f or frule)(given, f, *primals, **fkwargs))
     try:
         test_approx(y, problem.raw(*primals, **fkwargs), rtol=rtol, atol=atol)
     except AssertionError as err:
         _fail(tester, name, f"the frule's primal output differs from f(*args)\n{err}")
-    _check_dtypes(tester, name, unthunk(y_dot), y, "output")
-    y_dot_dense = dense_like(y_dot, y, name=name)
+    checks, worst = ["primal"], 0.0
+    parts = jax.tree_util.tree_flatten_with_path(y_dot, is_leaf=lambda t: isinstance(t, InplaceableThunk))[0]
+    inplaceable = [(path, part) for path, part in parts if isinstance(part, InplaceableThunk)]
+    for path, part in inplaceable:
+        _check_inplaceable(tester, name, "output", part, jax.tree_util.keystr(path))
+    if inplaceable:
+        checks.append("InplaceableThunk add")
+    value = _evaluated(y_dot)
+    mask = not_implemented_mask(value, y)  # output leaves the rule does not implement
+    value = without_not_implemented(value)
+    _check_dtypes(tester, name, value, y, "output")
+    checks.append("dtypes")
+    y_dot_dense = dense_like(value, y, name=name)
+    if any(mask):
+        checks.append("not implemented (not checked): the output" + ("" if all(mask) else " in part"))
     if rtol is None or atol is None:
         d_rtol, d_atol = default_tolerance(primals, y)
         rtol, atol = (d_rtol if rtol is None else rtol), (d_atol if atol is None else atol)
-    checks, worst = ["primal", "dtypes"], 0.0
-    if problem.index:
+    if problem.index and not (mask and all(mask)):
         expected = fd_jvp(fdm or central_fdm(5, 1), problem.raw_fn, _upcast(problem.args), _upcast(problem.tangents))
-        worst = _check_close(tester, name, "tangent does not match finite differences", y_dot_dense, expected,
+        worst = _check_close(tester, name, "tangent does not match finite differences",
+                             mask_leaves(y_dot_dense, mask, y), mask_leaves(expected, mask, y),
                              rtol, atol, "the output")
         checks.append("finite differences")
-        if lowered_rules(f, primals)[0] is None:  # lowered through custom_jvp: jax.jvp works
+        if _unlowered(f, problem):
+            checks.append(_unlowered(f, problem))
+        elif not any(mask) and lowered_rules(f, primals)[0] is None:  # lowered through custom_jvp: jax.jvp works
             checks += _lowered(tester, name, _check_lowered_jvp, problem, y_dot_dense, y, check_jit, check_vmap, seed)
-        if has_rrule(f, *primals):
-            y_bar = rand_tangent(y, seed=seed + 1)
-            _, pullback = rrule(f, *primals, **fkwargs)
-            cts = pullback(y_bar)
-            lhs, s1 = _real_inner(dense_like(y_bar, y), y_dot_dense)
-            rhs, s2 = 0.0, 0.0
-            for k, i in enumerate(problem.index):
-                r, s = _real_inner(dense_like(cts[1 + i], primals[i]), problem.tangents[k])
-                rhs, s2 = rhs + r, s2 + s
-            if abs(lhs - rhs) > atol + rtol * max(s1, s2):
-                _fail(tester, name, "the frule and the rrule are not transposes of each other",
-                      expected=f"<y_bar, frule(x_dot)> = {lhs:.12g}",
-                      got=f"<rrule(y_bar), x_dot> = {rhs:.12g}",
-                      fix="one of the two rules is wrong (check conj() in the rrule of complex functions)")
-            checks.append("frule/rrule transposition")
+        if not any(mask) and _has(rrule, f, primals):
+            checks += _check_transposition(tester, name, problem, y, y_dot_dense, seed, rtol, atol)
     modes = "fwd+rev"  # an frule serves forward mode; JAX transposes it or uses an rrule in reverse
     return RuleReport(name, "frule", "exact", worst, tuple(checks), time.perf_counter() - start, modes)
 
 
+def _check_transposition(tester, name, problem, y, y_dot_dense, seed, rtol, atol) -> list[str]:
+    """`<y_bar, frule(x_dot)> == <rrule(y_bar), x_dot>`, ChainRules' convention for the two rules."""
+    y_bar = rand_tangent(y, seed=seed + 1)
+    _, pullback = _call_rule(tester, name, "rrule", lambda: rrule(problem.f, *problem.primals, **problem.fkwargs))
+    cts = _check_arity(tester, name, pullback(y_bar), len(problem.primals))
+    lhs, s1 = _real_inner(dense_like(y_bar, y), y_dot_dense)
+    rhs, s2 = 0.0, 0.0
+    for k, i in enumerate(problem.index):
+        value = _evaluated(cts[1 + i])
+        if any(not_implemented_mask(value, problem.primal(i))):
+            return []  # the rrule does not implement this cotangent: nothing to compare
+        r, s = _real_inner(dense_like(value, problem.primal(i)), problem.tangents[k])
+        rhs, s2 = rhs + r, s2 + s
+    if abs(lhs - rhs) > atol + rtol * max(s1, s2):
+        _fail(tester, name, "the frule and the rrule are not transposes of each other",
+              expected=f"<y_bar, frule(x_dot)> = {lhs:.12g}",
+              got=f"<rrule(y_bar), x_dot> = {rhs:.12g}",
+              fix="one of the two rules is wrong (check conj() in the rrule of complex functions)")
+    return ["frule/rrule transposition"]
+
+
 def _check_lowered_jvp(tester, name, problem, y_dot_dense, y, check_jit, check_vmap, seed) -> list[str]:
     def jvp(dargs, dtangents):
-        return jax.jvp(problem.prim_fn, tuple(dargs), tuple(dtangents))
+        return jax.jvp(problem.prim_fn, tuple(dargs), tuple(_jax_tangents(tuple(dtangents), tuple(dargs))))
 
     rtol, atol = _lowered_tol(problem.args, y)
     done = []
     variants = [("jax.jvp", jvp)] + ([("jax.jit(jax.jvp)", jax.jit(jvp))] if check_jit else [])
+    results = {}
     for label, fn in variants:
-        _, got = fn(problem.args, problem.tangents)
+        results[label] = _, got = fn(problem.args, problem.tangents)
         _check_close(tester, name, f"the lowered primitive's {label} differs from the frule", got, y_dot_dense,
                      rtol, atol, "the output")
         done.append(label)
     if check_vmap:
-        rng = np.random.default_rng(seed + 3)
-        args_b, axes = _batch(problem.args, rng)
-        tangents_b, t_axes = _batch(problem.tangents, rng)
+        tangents_b, t_axes = _batch(problem.tangents, seed + 4)
+        first = results["jax.jvp"]  # batch element 0 is the unbatched problem
+        args_b, axes, second = _second_point(jvp, problem.args, _slice(tangents_b, t_axes, 1), first, seed + 3)
         batched = jax.vmap(jvp, in_axes=(axes, t_axes))(args_b, tangents_b)
-        for k in range(2):
-            looped = jvp(_slice(args_b, axes, k), _slice(tangents_b, t_axes, k))
+        for k, looped in ((0, first), (1, second)):
             _check_close(tester, name, f"jax.vmap: batched differs from looped (batch element {k})",
                          jax.tree_util.tree_map(lambda b: b[k], batched), looped, rtol, atol)
         done.append("jax.vmap")
@@ -642,10 +855,12 @@ def test_scalar(
 ) -> list[RuleReport]:
     """Check the rules of a scalar function `f` at `z`, real or complex.
 
-    Runs `test_frule` and `test_rrule` (whichever rules exist). For complex `z` the rules
-    are probed in the real and the imaginary direction, and all four real partials of the
-    2x2 Jacobian (Re y, Im y) / (Re z, Im z) are compared with finite differences, in
-    ChainRules' convention (`x_bar = dRe(y_bar* y)/dRe z + i dRe(y_bar* y)/dIm z`).
+    Runs `test_frule` and `test_rrule` (whichever rules exist); keyword arguments that are
+    not the testers' own options are passed to `f` and its rules. For complex `z` the rules
+    are probed in the real and the imaginary direction, all four real partials of the 2x2
+    Jacobian (Re y, Im y) / (Re z, Im z) are compared with finite differences, in
+    ChainRules' convention (`x_bar = dRe(y_bar* y)/dRe z + i dRe(y_bar* y)/dIm z`), and a
+    real tangent (cotangent) must give what the same value as a complex one gives.
 
     >>> import jax.numpy as jnp
     >>> import rules
@@ -662,48 +877,73 @@ def test_scalar(
     from ._compare import with_tangent
 
     name = function_name(f)
-    has_fr, has_rr = has_frule(f, z), has_rrule(f, z)
+    fkwargs = {k: v for k, v in kwargs.items() if k not in _TESTER_OPTIONS}
+    has_fr, has_rr = _has(frule, f, (z,)), _has(rrule, f, (z,))
     if not (has_fr or has_rr):
         _fail("test_scalar", name, "no rule applies", got=f"an argument of type {type(z).__name__}",
               fix=f"define one, e.g. `rules.scalar_rule({name}, partials)`")
     opts = dict(rtol=rtol, atol=atol, fdm=fdm, **kwargs)
+    y = unwrap(f)(z, **fkwargs)
     if jnp.iscomplexobj(z):  # first: a wrong rule is then reported by the partial it gets wrong
-        _check_partials(f, z, has_fr, has_rr, rtol, atol, fdm)
+        _check_partials(f, z, has_fr, has_rr, rtol, atol, fdm, fkwargs)
     reports: list[RuleReport] = []
     directions = (1.0, 1.0j) if jnp.iscomplexobj(z) else (1.0,)
-    dtype = jnp.result_type(z)
-    for d in directions:
-        if has_fr:
-            reports.append(test_frule(f, with_tangent(z, jnp.asarray(d, dtype)), **opts))
-        if has_rr:
-            y = unwrap(f)(z)
-            reports.append(test_rrule(f, z, output_tangent=jnp.asarray(d, jnp.result_type(y)) if jnp.iscomplexobj(y) else jnp.asarray(d.real, jnp.result_type(y)), **opts))
+    seeds = (1.0, 1.0j) if jnp.iscomplexobj(y) else (1.0,)
+    for k in range(max(len(directions), len(seeds))):
+        if has_fr and k < len(directions):
+            reports.append(test_frule(f, with_tangent(z, jnp.asarray(directions[k], jnp.result_type(z))), **opts))
+        if has_rr and k < len(seeds):
+            seed_value = seeds[k] if jnp.iscomplexobj(y) else seeds[k].real
+            reports.append(test_rrule(f, z, output_tangent=jnp.asarray(seed_value, jnp.result_type(y)), **opts))
     return reports
 
 
-def _check_partials(f, z, has_fr, has_rr, rtol, atol, fdm) -> None:
+def _as_complex(t: Any) -> complex | None:
+    """A scalar tangent as a complex number: 0 for a zero, None where not implemented."""
+    t = unthunk(t)
+    if isinstance(t, AbstractZero):
+        return 0j
+    if isinstance(t, NotImplementedTangent):
+        return None
+    return complex(np.asarray(t))
+
+
+def _check_partials(f, z, has_fr, has_rr, rtol, atol, fdm, fkwargs=None) -> None:
     name = function_name(f)
+    fkwargs = fkwargs or {}
     raw = unwrap(f)
-    (jac,) = fd_jacobian(fdm or central_fdm(5, 1), raw, _upcast(jnp.asarray(z)))
-    y = raw(z)
+    (jac,) = fd_jacobian(fdm or central_fdm(5, 1), lambda v: raw(v, **fkwargs), _upcast(jnp.asarray(z)))
+    y = raw(z, **fkwargs)
     complex_out = jnp.iscomplexobj(y)
     d_rtol, d_atol = default_tolerance(z, y)
     rtol, atol = (d_rtol if rtol is None else rtol), (d_atol if atol is None else atol)
     fd = {p: float(jac[r, c]) for p, (r, c) in zip(_PARTIALS, [(0, 0), (0, 1), (1, 0), (1, 1)]) if r < jac.shape[0]}
     got: dict[tuple[str, str], float] = {}
     dtype = jnp.result_type(z)
+    f_dot = _zero_like(f)  # the partials with respect to z only
     if has_fr:
         for col, d in (("Re z", 1.0), ("Im z", 1.0j)):
-            _, y_dot = frule((NoTangent(), jnp.asarray(d, dtype)), f, z)
-            y_dot = complex(unthunk(y_dot))
-            got[("Re y", col)] = y_dot.real
+            _, y_dot = frule((f_dot, jnp.asarray(d, dtype)), f, z, **fkwargs)
+            if col == "Re z":  # a real tangent must give what 1 + 0i gives (ChainRulesTestUtils)
+                _, real_dot = frule((f_dot, jnp.asarray(1.0, jnp.finfo(dtype).dtype)), f, z, **fkwargs)
+                _check_embedding(name, "frule", "tangent", real_dot, y_dot, rtol, atol)
+            value = _as_complex(y_dot)
+            if value is None:
+                continue
+            got[("Re y", col)] = value.real
             if complex_out:
-                got[("Im y", col)] = y_dot.imag
+                got[("Im y", col)] = value.imag
     if has_rr:
         rows = (("Re y", 1.0), ("Im y", 1.0j)) if complex_out else (("Re y", 1.0),)
         for row, d in rows:
-            _, pullback = rrule(f, z)
-            x_bar = complex(unthunk(pullback(jnp.asarray(d, jnp.result_type(y)) if complex_out else d)[1]))
+            _, pullback = rrule(f, z, **fkwargs)
+            x_bar = pullback(jnp.asarray(d, jnp.result_type(y)) if complex_out else d)[1]
+            if complex_out and row == "Re y":  # a real cotangent must give what 1 + 0i gives
+                real_bar = rrule(f, z, **fkwargs)[1](jnp.asarray(1.0, jnp.finfo(jnp.result_type(y)).dtype))[1]
+                _check_embedding(name, "rrule", "cotangent", real_bar, x_bar, rtol, atol)
+            x_bar = _as_complex(x_bar)
+            if x_bar is None:
+                continue
             for col, value in (("Re z", x_bar.real), ("Im z", x_bar.imag)):
                 if (row, col) in got and abs(got[(row, col)] - value) > atol + rtol * abs(value):
                     _fail("test_scalar", name, f"frule and rrule disagree on d({row})/d({col})",
@@ -713,6 +953,15 @@ def _check_partials(f, z, has_fr, has_rr, rtol, atol, fdm) -> None:
         if abs(value - fd[key]) > atol + rtol * max(abs(fd[key]), abs(value)):
             _fail("test_scalar", name, f"the partial d({key[0]})/d({key[1]}) does not match finite differences",
                   expected=f"{fd[key]:.12g} (finite differences)", got=f"{value:.12g} (rule)")
+
+
+def _check_embedding(name, kind, what, real, embedded, rtol, atol) -> None:
+    try:
+        test_approx(real, embedded, rtol=rtol, atol=atol)
+    except AssertionError as err:
+        _fail("test_scalar", name, f"the {kind} gives a different {what} for a real 1.0 than for 1.0 + 0.0j",
+              expected=f"the {what} for 1.0 + 0.0j", got=str(err).splitlines()[0],
+              fix="treat a real tangent of a complex argument as the complex number it embeds")
 
 
 for _tester in (test_rrule, test_frule, test_scalar):

@@ -5,6 +5,7 @@ wrong and where; and correct rules, each of which must pass with no false alarm.
 builds fresh primitives, so registrations never leak between tests.
 """
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -542,9 +543,10 @@ CORRECT = [
         "exact",
     ),
     (
+        # a float marked NoTangent is not differentiated: the rule says so with NoTangent()
         "with_tangent-NoTangent-excludes-a-float",
         lambda: (
-            with_rrule("mul", lambda a, b: a * b, lambda y_bar, a, b: (NoTangent(), y_bar * b, y_bar * a)),
+            with_rrule("mul", lambda a, b: a * b, lambda y_bar, a, b: (NoTangent(), y_bar * b, NoTangent())),
             (X64, with_tangent(X64 + 1.0, NoTangent())),
             {},
         ),
@@ -825,3 +827,82 @@ def test_test_rrule_checks_forward_mode_through_the_transposed_pullback_and_repo
     )
     report = test_rrule(looped, X64)  # a pullback JAX cannot transpose: reverse mode only, not a failure
     assert report.modes == "rev" and not any("jvp" in c for c in report.checks)
+
+
+# ------------------------------------------------------------------------------------------
+# Parity with ChainRulesTestUtils (issue 13): behaviour the upstream ports rely on
+# ------------------------------------------------------------------------------------------
+
+
+def test_the_vmap_checks_keep_the_second_point_inside_the_domain():
+    """arccos near its domain's edge: the batch's second point must not leave [-1, 1]."""
+    x = jnp.array([0.99, -0.98, 0.97])
+    assert "jax.vmap" in test_rrule(jnp.arccos, x).checks
+    assert "jax.vmap" in test_frule(jnp.arccos, x).checks
+
+
+def test_scalar_complex_input_with_a_zero_tangent():
+    """A rule whose tangent (cotangent) is `ZeroTangent()` at a complex point: all partials 0."""
+    const = fresh_primitive("const", lambda z: jnp.asarray(2.0 + 1.0j) + 0 * z)
+    add_frule(const, lambda dots, z: ZeroTangent())
+    rules.rrule.register(const, lambda z: (const(z), lambda y_bar: (NoTangent(), ZeroTangent())))
+    assert [r.kind for r in test_scalar(const, 0.3 + 0.4j, **FAST)] == ["frule", "rrule", "frule", "rrule"]
+
+
+def test_scalar_requires_a_real_tangent_to_act_as_the_complex_one():
+    """ChainRulesTestUtils' test_scalar: tangent 1.0 and 1.0 + 0.0im give the same result."""
+    f = fresh_primitive("csquare", lambda z: z * z)
+    add_frule(f, lambda dots, z: 2 * z * dots[0] * (1.0 if jnp.iscomplexobj(dots[0]) else 2.0))
+    with pytest.raises(AssertionError, match=r"the frule gives a different tangent for a real 1.0 than for 1.0 \+ 0"):
+        test_scalar(f, 0.3 + 0.4j, **FAST)
+
+
+def test_scalar_passes_keyword_arguments_to_the_function_only():
+    """test_scalar's own options go to the testers; the rest reach f and its rules."""
+    seen = []
+
+    def scaled(x, scale=1.0):
+        seen.append(scale)
+        return scale * jnp.sin(x)
+
+    f = with_rrule("scaled", scaled, lambda y_bar, x, scale=1.0: (NoTangent(), scale * y_bar * jnp.cos(x)))
+    test_scalar(f, 0.4, scale=3.0, check_jit=False, check_vmap=False, mode="exact")
+    assert seen and set(seen) == {3.0}
+
+
+def test_a_callable_struct_is_checked_by_its_rule_but_not_lowered():
+    """JAX differentiates a primitive's arguments, never the function: with a tangent for f,
+    the lowered primitive is not checked, and the report says so."""
+
+    class Scale(NamedTuple):
+        c: float
+
+        def __call__(self, x):
+            return self.c * x
+
+    scale = Scale(1.5)
+    def scale_rrule(x):
+        return scale(x), lambda y_bar: (Tangent(Scale, c=jnp.sum(y_bar * x)), scale.c * y_bar)
+
+    rules.rrule.register(scale, scale_rrule, plain=True)
+    report = test_rrule(scale, X64)
+    assert any(c.startswith("lowered primitive not checked") for c in report.checks)
+    other = Scale(2.5)  # no rule: the primitive lowers to JAX's own derivative
+    report = test_rrule(with_tangent(other, NoTangent()), X64,
+                        rrule_f=lambda f, x: (f(x), lambda y_bar: (NoTangent(), f.c * y_bar)))
+    assert "jax.vjp" in report.checks
+
+
+def test_an_unhashable_callable_has_no_rule_but_can_be_tested_through_rrule_f():
+    @dataclasses.dataclass
+    class Scale:  # eq=True without frozen=True: unhashable, so no rule can be registered on it
+        c: float
+
+        def __call__(self, x):
+            return self.c * x
+
+    scale = Scale(2.0)
+    with pytest.raises(AssertionError, match="no rrule applies"):
+        test_rrule(scale, X64, **FAST)
+    report = test_rrule(scale, X64, rrule_f=lambda f, x: (f(x), lambda y_bar: (NoTangent(), f.c * y_bar)))
+    assert any("f is unhashable" in c for c in report.checks)
