@@ -9,6 +9,7 @@ from . import implicit as implicit
 from . import linalg as linalg
 from . import linalg_solve as linalg_solve
 from . import linalg_spectral as linalg_spectral
+from . import linalg_matfun as linalg_matfun
 from . import nn as nn
 from . import nn_layers as nn_layers
 from . import nondiff as nondiff

@@ -1,11 +1,13 @@
 """Linear algebra primitives: norms, determinants and inverses.
 
-Each function is a `primitive` whose rrule reuses what its forward pass computed (an LU,
-the output itself) and stays finite where plain JAX autodiff does not (norms at 0). Complex
-arguments use ChainRules' convention: for a real loss l, x_bar = dl/dRe x + i dl/dIm x.
+Each function is a `primitive` with an frule (forward mode: `jax.jvp`, `jax.jacfwd`) and an
+rrule (reverse mode), both reusing what the forward pass computed (an LU, the output itself)
+and finite where plain JAX autodiff is not (norms at 0). Complex arguments use ChainRules'
+convention: for a real loss l, x_bar = dl/dRe x + i dl/dIm x; tangents are plain.
 Matrices are the last two axes; leading axes are batch axes. Solves and factorisations are
-in `rules.library.linalg_solve`; eigen- and singular value decompositions and matrix
-functions in `rules.library.linalg_spectral`. The private helpers here are shared by both.
+in `rules.library.linalg_solve`; eigen- and singular value decompositions in
+`rules.library.linalg_spectral`; functions of Hermitian matrices in
+`rules.library.linalg_matfun`. The private helpers and examples here are shared by all.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 from .._primitive import primitive
 from .._projection import ProjectTo
 from .._thunks import unthunk
-from .._zeros import AbstractZero, NoTangent
+from .._zeros import AbstractZero, NoTangent, ZeroTangent
 
 __all__ = ["norm", "normalize", "det", "logdet", "slogdet", "inv", "pinv"]
 
@@ -31,6 +33,10 @@ _M3 = np.array([[2.0, 0.5, -0.3], [0.1, 1.5, 0.4], [-0.2, 0.3, 1.0]])
 _M3Z = _M3 + 1j * np.array([[0.3, -0.1, 0.2], [0.0, 0.2, -0.4], [0.1, 0.1, -0.2]])
 _M43 = np.array([[1.0, 0.2, -0.5], [0.3, 2.0, 0.1], [-0.4, 0.6, 1.5], [0.2, -0.1, 0.3]])
 _SPD3 = _M3 @ _M3.T + np.eye(3)
+# Hermitian, with distinct, well separated eigenvalues (linalg_spectral, linalg_matfun)
+_Q3 = np.linalg.qr(np.array([[1.0, 0.4, -0.3], [0.2, -1.1, 0.5], [0.6, 0.3, 0.9]]))[0]
+_S3 = _Q3 @ np.diag([0.5, 1.5, 3.0]) @ _Q3.T  # symmetric positive definite
+_S3Z = np.array([[2.0, 0.5 - 0.3j, 0.1j], [0.5 + 0.3j, 1.0, -0.2], [-0.1j, -0.2, 3.0]])
 
 
 # ----- helpers ------------------------------------------------------------------------------
@@ -46,6 +52,16 @@ def _H(x: jax.Array) -> jax.Array:
 def _herm(x: jax.Array) -> jax.Array:
     """The Hermitian (for real: symmetric) part of the last two axes."""
     return (x + _H(x)) / 2
+
+
+def _diag(d: jax.Array) -> jax.Array:
+    """Diagonal matrices from vectors along the last axis."""
+    return d[..., :, None] * jnp.eye(d.shape[-1], dtype=d.dtype)[(None,) * (d.ndim - 1)]
+
+
+def _sandwich(V: jax.Array, inner: jax.Array, W: jax.Array | None = None) -> jax.Array:
+    """V inner W^H (W defaults to V)."""
+    return V @ inner.astype(V.dtype) @ _H(V if W is None else W)
 
 
 def _safe_div(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -66,6 +82,12 @@ def _nots(n: int) -> tuple:
 
 def _is_zero(t: Any) -> bool:
     return isinstance(t, AbstractZero)
+
+
+def _pushed(pushforward: Any, *dots: Any) -> Any:
+    """pushforward(*dots), the tangents unthunked, or ZeroTangent() when no argument moves."""
+    dots = tuple(unthunk(d) for d in dots)
+    return ZeroTangent() if all(map(_is_zero, dots)) else pushforward(*dots)
 
 
 # ----- norm ---------------------------------------------------------------------------------
@@ -167,6 +189,21 @@ def _norm_options(ord: Any = None, axis: Any = None, keepdims: bool = False) -> 
     return _static_ord(ord), axis, keepdims
 
 
+@norm.frule
+def norm_frule(tangents, x, *options, **kw_options):
+    _, x_dot, *_ = tangents
+    ord, axis, keepdims = _norm_options(*options, **kw_options)
+    kind, axes = _norm_kind(jnp.ndim(x), ord, axis)
+    y = jnp.linalg.norm(x, ord=ord, axis=axis, keepdims=keepdims)
+
+    def norm_pushforward(x_dot):  # Re <grad, x_dot> over the reduced axes: the rrule's subgradient
+        grad = _norm_gradient(x, ord, kind, axes, y if keepdims else jnp.expand_dims(y, axes))
+        y_dot = jnp.sum(jnp.real(jnp.conj(grad) * x_dot), axis=axes, keepdims=keepdims)
+        return y_dot.astype(y.dtype)
+
+    return y, _pushed(norm_pushforward, x_dot)
+
+
 @norm.rrule
 def norm_rrule(x, *options, **kw_options):
     ord, axis, keepdims = _norm_options(*options, **kw_options)
@@ -208,6 +245,20 @@ def normalize(x: jax.Array, axis: int | tuple[int, ...] | None = None) -> jax.Ar
     """
     r = jnp.sqrt(jnp.sum(jnp.abs(x) ** 2, axis=axis, keepdims=True))
     return _safe_div(x, r).astype(jnp.result_type(x))
+
+
+@normalize.frule
+def normalize_frule(tangents, x, *options, axis=None):
+    _, x_dot, *_ = tangents
+    (axis,) = options or (axis,)
+    r = jnp.sqrt(jnp.sum(jnp.abs(x) ** 2, axis=axis, keepdims=True))
+    y = _safe_div(x, r).astype(jnp.result_type(x))
+
+    def normalize_pushforward(x_dot):  # the pullback's projection, which is self-adjoint
+        along = jnp.sum(jnp.real(jnp.conj(y) * x_dot), axis=axis, keepdims=True)
+        return _safe_div(x_dot - y * along, r).astype(y.dtype)
+
+    return y, _pushed(normalize_pushforward, x_dot)
 
 
 @normalize.rrule
@@ -287,6 +338,17 @@ def det(A: jax.Array) -> jax.Array:
     return jnp.linalg.det(A)
 
 
+@det.frule
+def det_frule(tangents, A):
+    _, A_dot = tangents
+    y = jnp.linalg.det(A)
+
+    def det_pushforward(A_dot):  # tr(adj(A) A_dot), exact at singular A
+        return jnp.sum(_mT(_adjugate(A)) * A_dot, axis=(-2, -1))
+
+    return y, _pushed(det_pushforward, A_dot)
+
+
 @det.rrule
 def det_rrule(A):
     project_A = ProjectTo(A)
@@ -304,10 +366,15 @@ def _lu_slogdet(A: jax.Array) -> tuple[tuple, jax.Array, jax.Array]:
     """((lu, piv), sign, log|det|) of square matrices from one LU factorisation."""
     lu, piv = jsl.lu_factor(A)
     diag = jnp.diagonal(lu, axis1=-2, axis2=-1)
-    swaps = jnp.sum(piv != jnp.arange(piv.shape[-1], dtype=piv.dtype), axis=-1)
+    swaps = jnp.sum(piv != jnp.broadcast_to(jnp.arange(piv.shape[-1], dtype=piv.dtype), piv.shape), axis=-1)
     parity = jnp.where(swaps % 2 == 0, 1, -1).astype(A.dtype)
     sign = parity * jnp.prod(_unit(diag), axis=-1)
     return (lu, piv), sign, jnp.sum(jnp.log(jnp.abs(diag)), axis=-1)
+
+
+def _trace_solve(factors: tuple, A_dot: jax.Array) -> jax.Array:
+    """tr(A^{-1} A_dot) from A's LU factors: the derivative of log det A."""
+    return jnp.trace(jsl.lu_solve(factors, A_dot), axis1=-2, axis2=-1)
 
 
 def _inv_H(factors: tuple, A: jax.Array) -> jax.Array:
@@ -341,6 +408,19 @@ def slogdet(A: jax.Array) -> tuple[jax.Array, jax.Array]:
     """
     _, sign, logabs = _lu_slogdet(A)
     return sign, logabs
+
+
+@slogdet.frule
+def slogdet_frule(tangents, A):
+    _, A_dot = tangents
+    factors, sign, logabs = _lu_slogdet(A)
+
+    def slogdet_pushforward(A_dot):  # b = tr(A^{-1} A_dot): (i Im(b) sign, Re b); real signs are constant
+        b = _trace_solve(factors, A_dot)
+        sign_dot = 1j * jnp.imag(b) * sign if jnp.iscomplexobj(A) else ZeroTangent()
+        return sign_dot, jnp.real(b)
+
+    return (sign, logabs), _pushed(slogdet_pushforward, A_dot)
 
 
 @slogdet.rrule
@@ -384,6 +464,17 @@ def logdet(A: jax.Array) -> jax.Array:
     return logabs + jnp.log(sign)
 
 
+@logdet.frule
+def logdet_frule(tangents, A):
+    _, A_dot = tangents
+    factors, sign, logabs = _lu_slogdet(A)
+
+    def logdet_pushforward(A_dot):
+        return _trace_solve(factors, A_dot)
+
+    return logabs + jnp.log(sign), _pushed(logdet_pushforward, A_dot)
+
+
 @logdet.rrule
 def logdet_rrule(A):
     project_A = ProjectTo(A)
@@ -417,6 +508,17 @@ def inv(A: jax.Array) -> jax.Array:
     See also: `rules.library.linalg_solve.solve`, `pinv`.
     """
     return jnp.linalg.inv(A)
+
+
+@inv.frule
+def inv_frule(tangents, A):
+    _, A_dot = tangents
+    y = jnp.linalg.inv(A)
+
+    def inv_pushforward(A_dot):
+        return -y @ A_dot @ y
+
+    return y, _pushed(inv_pushforward, A_dot)
 
 
 @inv.rrule
@@ -454,6 +556,20 @@ def pinv(A: jax.Array) -> jax.Array:
     See also: `rules.library.linalg_solve.lstsq`, `inv`.
     """
     return jnp.linalg.pinv(A)
+
+
+@pinv.frule
+def pinv_frule(tangents, A):
+    _, A_dot = tangents
+    P = jnp.linalg.pinv(A)
+
+    def pinv_pushforward(A_dot):
+        DH, PH = _H(A_dot), _H(P)
+        left = DH - P @ (A @ DH)  # (I - P A) A_dot^H
+        right = DH - (DH @ A) @ P  # A_dot^H (I - A P)
+        return -P @ A_dot @ P + left @ (PH @ P) + (P @ PH) @ right
+
+    return P, _pushed(pinv_pushforward, A_dot)
 
 
 @pinv.rrule

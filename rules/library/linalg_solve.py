@@ -1,11 +1,11 @@
 """Linear algebra primitives: linear solves, triangular factors and least squares.
 
-Each rrule reuses the factorisation of its forward pass (LU, Cholesky, QR) for the one or
-two solves of its pullback, and returns the cotangents of the matrix as thunks, computed
-only when the matrix is differentiated. Complex arguments use ChainRules' convention:
-for a real loss l, x_bar = dl/dRe x + i dl/dIm x. `cholesky` batches over leading axes;
-the solves take one matrix (use `jax.vmap` for batches) and a right-hand side b of shape
-(n,) or (n, k).
+Each frule and rrule reuses the factorisation of its forward pass (LU, Cholesky, QR) for
+the one or two solves of its pushforward or pullback; the rrule returns the cotangents of
+the matrix as thunks, computed only when the matrix is differentiated. Complex arguments
+use ChainRules' convention: for a real loss l, x_bar = dl/dRe x + i dl/dIm x (tangents are
+plain). `cholesky` batches over leading axes; the solves take one matrix (use `jax.vmap`
+for batches) and a right-hand side b of shape (n,) or (n, k).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import numpy as np
 from .._primitive import primitive
 from .._projection import ProjectTo
 from .._thunks import thunk, unthunk
-from .._zeros import NoTangent
-from .linalg import _H, _M3, _M3Z, _M43, _SPD3, _V3, _V3Z, _herm, _nots
+from .._zeros import NoTangent, ZeroTangent
+from .linalg import _H, _M3, _M3Z, _M43, _SPD3, _V3, _V3Z, _diag, _herm, _is_zero, _nots, _pushed
 
 __all__ = ["solve", "cholesky", "cho_solve", "triangular_solve", "lstsq"]
 
@@ -35,6 +35,13 @@ def _outer(u: jax.Array, v: jax.Array) -> jax.Array:
     if jnp.ndim(u) == 1:
         return jnp.outer(u, jnp.conj(v))
     return u @ _H(v)
+
+
+def _moved(x_dot, a_dot, x):
+    """x_dot - a_dot @ x, either tangent possibly zero: the right-hand side of a solve's tangent."""
+    if _is_zero(a_dot):
+        return x_dot
+    return -(a_dot @ x) if _is_zero(x_dot) else x_dot - a_dot @ x
 
 
 # ----- solve --------------------------------------------------------------------------------
@@ -61,6 +68,18 @@ def solve(A: jax.Array, b: jax.Array) -> jax.Array:
     See also: `rules.library.linalg.inv`, `cho_solve`, `triangular_solve`, `lstsq`.
     """
     return jnp.linalg.solve(A, b)
+
+
+@solve.frule
+def solve_frule(tangents, A, b):
+    _, A_dot, b_dot = tangents
+    factors = jsl.lu_factor(A)
+    x = jsl.lu_solve(factors, b)
+
+    def solve_pushforward(A_dot, b_dot):  # A^{-1} (b_dot - A_dot x)
+        return jsl.lu_solve(factors, _moved(b_dot, A_dot, x))
+
+    return x, _pushed(solve_pushforward, A_dot, b_dot)
 
 
 @solve.rrule
@@ -101,6 +120,20 @@ def cholesky(A: jax.Array) -> jax.Array:
     See also: `cho_solve`, `triangular_solve`.
     """
     return jnp.linalg.cholesky(_herm(A), symmetrize_input=False)
+
+
+@cholesky.frule
+def cholesky_frule(tangents, A):
+    _, A_dot = tangents
+    L = jnp.linalg.cholesky(_herm(A), symmetrize_input=False)
+
+    def cholesky_pushforward(A_dot):  # L Phi(L^{-1} herm(A_dot) L^{-H})
+        X = jsl.solve_triangular(L, _herm(A_dot), lower=True)  # L^{-1} herm(A_dot)
+        S = jsl.solve_triangular(L, _H(X), lower=True)  # L^{-1} herm(A_dot) L^{-H}, Hermitian
+        diag = jnp.real(jnp.diagonal(S, axis1=-2, axis2=-1))  # real, as L's diagonal stays
+        return L @ (jnp.tril(S, -1) + _diag(diag / 2))
+
+    return L, _pushed(cholesky_pushforward, A_dot)
 
 
 @cholesky.rrule
@@ -146,6 +179,23 @@ def cho_solve(c: jax.Array, b: jax.Array, lower: bool = True) -> jax.Array:
     See also: `cholesky`, `solve`, `jax.scipy.linalg.cho_solve`.
     """
     return jsl.cho_solve((c, lower), b)
+
+
+@cho_solve.frule
+def cho_solve_frule(tangents, c, b, *options, lower=True):
+    _, c_dot, b_dot, *_ = tangents
+    (lower,) = options or (lower,)
+    part = jnp.tril if lower else jnp.triu
+    x = jsl.cho_solve((c, lower), b)
+
+    def cho_solve_pushforward(c_dot, b_dot):  # A^{-1} (b_dot - A_dot x), A_dot from c's triangle
+        A_dot = ZeroTangent()
+        if not _is_zero(c_dot):
+            t, t_dot = part(c), part(c_dot)  # only c's triangle is read, and only its tangent
+            A_dot = t_dot @ _H(t) + t @ _H(t_dot) if lower else _H(t_dot) @ t + _H(t) @ t_dot
+        return jsl.cho_solve((c, lower), _moved(b_dot, A_dot, x))
+
+    return x, _pushed(cho_solve_pushforward, c_dot, b_dot)
 
 
 @cho_solve.rrule
@@ -195,6 +245,20 @@ def triangular_solve(a: jax.Array, b: jax.Array, lower: bool = True) -> jax.Arra
     return jsl.solve_triangular(a, b, lower=lower)
 
 
+@triangular_solve.frule
+def triangular_solve_frule(tangents, a, b, *options, lower=True):
+    _, a_dot, b_dot, *_ = tangents
+    (lower,) = options or (lower,)
+    part = jnp.tril if lower else jnp.triu
+    x = jsl.solve_triangular(a, b, lower=lower)
+
+    def triangular_solve_pushforward(a_dot, b_dot):  # a^{-1} (b_dot - part(a_dot) x)
+        a_dot = a_dot if _is_zero(a_dot) else part(a_dot)
+        return jsl.solve_triangular(a, _moved(b_dot, a_dot, x), lower=lower)
+
+    return x, _pushed(triangular_solve_pushforward, a_dot, b_dot)
+
+
 @triangular_solve.rrule
 def triangular_solve_rrule(a, b, *options, lower=True):
     (lower,) = options or (lower,)
@@ -237,6 +301,21 @@ def lstsq(A: jax.Array, b: jax.Array) -> jax.Array:
     """
     q, r = jnp.linalg.qr(A)
     return jsl.solve_triangular(r, _H(q) @ b, lower=False)
+
+
+@lstsq.frule
+def lstsq_frule(tangents, A, b):
+    _, A_dot, b_dot = tangents
+    q, r = jnp.linalg.qr(A)
+    x = jsl.solve_triangular(r, _H(q) @ b, lower=False)
+
+    def lstsq_pushforward(A_dot, b_dot):  # (A^H A)^{-1} (A^H (b_dot - A_dot x) + A_dot^H (b - A x))
+        w = _H(q) @ _moved(b_dot, A_dot, x)  # R^{-H} A^H v = Q^H v
+        if not _is_zero(A_dot):
+            w = w + jsl.solve_triangular(r, _H(A_dot) @ (b - A @ x), lower=False, trans="C")
+        return jsl.solve_triangular(r, w, lower=False)
+
+    return x, _pushed(lstsq_pushforward, A_dot, b_dot)
 
 
 @lstsq.rrule

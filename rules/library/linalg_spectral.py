@@ -1,21 +1,25 @@
-"""Spectral linear algebra primitives: eigh, svd, and functions of Hermitian matrices.
+"""Spectral linear algebra primitives: eigh, eigvalsh, svd, svdvals.
 
-Conventions:
+Each has an frule (forward mode) and an rrule (reverse mode), one the transpose of the
+other, with the same conventions. Functions of Hermitian matrices (`sym_matrix_function`,
+`sqrtm_psd`, `expm_sym`, `logm_spd`) are in `rules.library.linalg_matfun` and importable
+from here too. Conventions:
 
-* Hermitian-input functions (`eigh`, `eigvalsh`, `sym_matrix_function` and the matrix
-  functions built on it) read only the Hermitian part of their input: they compute
-  A -> (A + A^H) / 2 first. Their cotangents are therefore Hermitian, and they agree with
-  finite differences taken over every entry of A.
-* Degenerate spectra. A pullback through eigenvectors has terms 1/(w_j - w_i) (eigh) or
-  1/(s_j^2 - s_i^2) (svd), infinite on repeated values, where JAX returns NaN even for
-  losses that do not depend on the choice of eigenvectors. Here a pair counts as
-  degenerate when |w_i - w_j| <= sqrt(eps) * max|w| (eps of the dtype) and its term is
-  dropped (0 instead of 1/0); singular values s <= sqrt(eps) * max(s) are treated as 0 in
-  the 1/s terms of a non-square svd. The result is finite; it is exact for losses of the
-  eigen/singular values alone and for losses whose V^H V_bar (U^H U_bar, V^H V_bar) has no
-  off-diagonal entries inside a degenerate eigenspace, e.g. trace(V diag(g(w)) V^H). A
-  smooth function of the matrix, V diag(f(w)) V^H, has a nonzero limit there (f'(w));
-  `sym_matrix_function` computes it (Daleckii-Krein), so use it for matrix functions.
+* Hermitian-input functions (`eigh`, `eigvalsh`, and the matrix functions) read only the
+  Hermitian part of their input: they compute A -> (A + A^H) / 2 first. Their cotangents
+  are therefore Hermitian, and they agree with finite differences taken over every entry
+  of A; their tangents depend on the Hermitian part of the input's tangent alone.
+* Degenerate spectra. A pullback (and a pushforward) through eigenvectors has terms
+  1/(w_j - w_i) (eigh) or 1/(s_j^2 - s_i^2) (svd), infinite on repeated values, where JAX
+  returns NaN even for losses that do not depend on the choice of eigenvectors. Here a
+  pair counts as degenerate when |w_i - w_j| <= sqrt(eps) * max|w| (eps of the dtype) and
+  its term is dropped (0 instead of 1/0), by both rules alike; singular values
+  s <= sqrt(eps) * max(s) are treated as 0 in the 1/s terms of a non-square svd. The
+  result is finite; it is exact for losses of the eigen/singular values alone and for
+  losses whose V^H V_bar (U^H U_bar, V^H V_bar) has no off-diagonal entries inside a
+  degenerate eigenspace, e.g. trace(V diag(g(w)) V^H). A smooth function of the matrix,
+  V diag(f(w)) V^H, has a nonzero limit there (f'(w)); `sym_matrix_function` computes it
+  (Daleckii-Krein), so use it for matrix functions.
 * Phase convention. Eigenvectors and singular vector pairs are only determined up to a
   sign (a phase), and backends (LAPACK, cuSOLVER's Jacobi, batched or not) choose it
   differently. `eigh` and `svd` fix it: each eigenvector v_i, and each pair (u_i, v_i)
@@ -24,13 +28,11 @@ Conventions:
   (1, -1) / sqrt(2), resolve alike whatever the rounding). The outputs are then functions
   of A, smooth where the pivot is unambiguous and the values are distinct (and nonzero:
   svd), and the rules return their derivative: the usual gauge-free formula plus, for
-  complex arguments, the convention's phase term (`_with_phase_term`).
+  complex arguments, the convention's phase term (`_with_phase_term`, `_with_phase_turn`).
 * Complex arguments use ChainRules' convention (x_bar = dl/dRe x + i dl/dIm x).
 """
 
 from __future__ import annotations
-
-from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -40,14 +42,15 @@ from .._primitive import primitive
 from .._projection import ProjectTo
 from .._thunks import unthunk
 from .._zeros import NoTangent
-from .linalg import _H, _herm, _is_zero, _nots
+from .linalg import _H, _Q3, _S3, _S3Z, _diag, _herm, _is_zero, _pushed, _sandwich  # noqa: F401
+from .linalg_matfun import expm_sym as expm_sym
+from .linalg_matfun import logm_spd as logm_spd
+from .linalg_matfun import sqrtm_psd as sqrtm_psd
+from .linalg_matfun import sym_matrix_function as sym_matrix_function
 
-__all__ = ["eigh", "eigvalsh", "svd", "svdvals", "sym_matrix_function", "sqrtm_psd", "expm_sym", "logm_spd"]
+__all__ = ["eigh", "eigvalsh", "svd", "svdvals"]
 
-# ----- example inputs: distinct, well separated eigenvalues / singular values ---------------
-_Q3 = np.linalg.qr(np.array([[1.0, 0.4, -0.3], [0.2, -1.1, 0.5], [0.6, 0.3, 0.9]]))[0]
-_S3 = _Q3 @ np.diag([0.5, 1.5, 3.0]) @ _Q3.T  # symmetric positive definite
-_S3Z = np.array([[2.0, 0.5 - 0.3j, 0.1j], [0.5 + 0.3j, 1.0, -0.2], [-0.1j, -0.2, 3.0]])
+# ----- example inputs (and _S3, _S3Z): distinct, well separated values ----------------------
 _M43 = np.array([[1.0, 0.2, -0.5], [0.3, 2.0, 0.1], [-0.4, 0.6, 1.5], [0.2, -0.1, 0.3]])
 _M3Z = np.array([[2.0 + 0.3j, 0.5, -0.3], [0.1, 1.5 - 0.2j, 0.4j], [-0.2, 0.3 + 0.1j, 1.0]])
 
@@ -65,14 +68,9 @@ def _inverse_gaps(w: jax.Array, v: jax.Array) -> jax.Array:
     return jnp.where(skip, 0, 1 / jnp.where(skip, 1, v[..., None, :] - v[..., :, None]))
 
 
-def _diag(d: jax.Array) -> jax.Array:
-    """Diagonal matrices from vectors along the last axis."""
-    return d[..., :, None] * jnp.eye(d.shape[-1], dtype=d.dtype)[(None,) * (d.ndim - 1)]
-
-
-def _sandwich(V: jax.Array, inner: jax.Array, W: jax.Array | None = None) -> jax.Array:
-    """V inner W^H (W defaults to V)."""
-    return V @ inner.astype(V.dtype) @ _H(V if W is None else W)
+def _diag_sandwich(V: jax.Array, X: jax.Array, W: jax.Array | None = None) -> jax.Array:
+    """Re diag(V^H X W) (W defaults to V), without the off-diagonal entries."""
+    return jnp.real(jnp.sum(jnp.conj(V) * (X @ (V if W is None else W)), axis=-2))
 
 
 # ----- the phase convention (module docstring) -------------------------------------------------
@@ -106,6 +104,23 @@ def _with_phase_term(v: jax.Array, k: jax.Array, v_bar, *pairs) -> jax.Array:
     pivot = jnp.real(jnp.take_along_axis(v, k[..., None, :], axis=-2))
     W = jax.nn.one_hot(k, v.shape[-2], dtype=v.dtype, axis=-2) * (-1j * g / pivot)
     return W if _is_zero(v_bar) else v_bar + W
+
+
+def _with_phase_turn(v: jax.Array, k: jax.Array, v_dot: jax.Array, *pairs) -> tuple:
+    """(v_dot, *x_dots) turned to the phase convention, for complex v (else unchanged).
+
+    The forward form of `_with_phase_term`: the gauge-free tangent v_dot would make pivot
+    v[k_i, i] complex; the convention turns vector pair i by i theta_i, theta_i =
+    -Im(v_dot[k_i, i]) / v[k_i, i], adding i theta_i x_i to each x_dot (v's and those of
+    `pairs`, given as (x, x_dot)).
+    """
+    dots = (v_dot, *(x_dot for _, x_dot in pairs))
+    if not jnp.iscomplexobj(v):
+        return dots
+    pivot_dot = jnp.take_along_axis(v_dot, k[..., None, :], axis=-2)
+    pivot = jnp.real(jnp.take_along_axis(v, k[..., None, :], axis=-2))
+    turn = -1j * jnp.imag(pivot_dot) / pivot
+    return tuple(x_dot + x * turn for x, x_dot in zip((v, *(x for x, _ in pairs)), dots))
 
 
 # ----- eigh ---------------------------------------------------------------------------------
@@ -147,6 +162,20 @@ def _eigh(A: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     w, v = jnp.linalg.eigh(_herm(A), symmetrize_input=False)
     v, _, k = _fix_phases(v)
     return w, v, k
+
+
+@eigh.frule
+def eigh_frule(tangents, A):
+    _, A_dot = tangents
+    w, v, k = _eigh(A)
+
+    def eigh_pushforward(A_dot):  # K = V^H herm(A_dot) V: w_dot = diag K, v_dot = V (F o K) turned
+        K = _H(v) @ _herm(A_dot) @ v
+        w_dot = jnp.real(jnp.diagonal(K, axis1=-2, axis2=-1))
+        (v_dot,) = _with_phase_turn(v, k, v @ (_inverse_gaps(w, w) * K))
+        return w_dot, v_dot
+
+    return (w, v), _pushed(eigh_pushforward, A_dot)
 
 
 @eigh.rrule
@@ -191,6 +220,17 @@ def eigvalsh(A: jax.Array) -> jax.Array:
     return jnp.linalg.eigvalsh(_herm(A), symmetrize_input=False)
 
 
+@eigvalsh.frule
+def eigvalsh_frule(tangents, A):
+    _, A_dot = tangents
+    w, v = jnp.linalg.eigh(_herm(A), symmetrize_input=False)
+
+    def eigvalsh_pushforward(A_dot):  # Re v_i^H A_dot v_i = v_i^H herm(A_dot) v_i
+        return _diag_sandwich(v, A_dot)
+
+    return w, _pushed(eigvalsh_pushforward, A_dot)
+
+
 @eigvalsh.rrule
 def eigvalsh_rrule(A):
     project_A = ProjectTo(A)
@@ -203,13 +243,36 @@ def eigvalsh_rrule(A):
 
 
 # ----- svd ----------------------------------------------------------------------------------
+def _svd_weights(s: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(F, 1/s): F_ij = 1/(s_j^2 - s_i^2) and 1/s, 0 on degenerate pairs and tiny s."""
+    tiny = s <= np.sqrt(np.finfo(s.dtype).eps) * jnp.max(s, axis=-1, keepdims=True)
+    return _inverse_gaps(s, s * s), jnp.where(tiny, 0, 1 / jnp.where(tiny, 1, s))
+
+
+def _svd_tangent(u, s, v, A_dot):
+    """(u_dot, s_dot, v_dot), gauge-free (diag(V^H v_dot) = 0), for A = U diag(s) V^H (thin).
+
+    With P = U^H A_dot V: s_dot = Re diag P, u_dot = U (F o (P S + S P^H) + i Im(diag P) / S)
+    + (I - U U^H) A_dot V / S, v_dot = V (F o (S P + P^H S)) + (I - V V^H) A_dot^H U / S.
+    """
+    F, s_inv = _svd_weights(s)
+    AV, AHU = A_dot @ v, _H(A_dot) @ u
+    P = _H(u) @ AV
+    p = jnp.diagonal(P, axis1=-2, axis2=-1)
+    u_inner = F * (P * s[..., None, :] + s[..., :, None] * _H(P))
+    v_inner = F * (s[..., :, None] * P + _H(P) * s[..., None, :])
+    if jnp.iscomplexobj(P):  # the phase of u_i relative to v_i: i Im(P_ii) / s_i
+        u_inner = u_inner + _diag(1j * jnp.imag(p) * s_inv)
+    u_dot = u @ u_inner + (AV - u @ P) * s_inv[..., None, :]
+    v_dot = v @ v_inner + (AHU - v @ _H(P)) * s_inv[..., None, :]
+    return u_dot, jnp.real(p), v_dot
+
+
 def _svd_cotangent(u, s, v, u_bar, s_bar, v_bar):
     """A_bar for A = U diag(s) V^H (thin) from the cotangents of U, s, V (any may be zero)."""
     inner = jnp.zeros(s.shape + s.shape[-1:], u.dtype)
     out = jnp.zeros(u.shape[:-1] + v.shape[-2:-1], u.dtype)
-    tiny = s <= np.sqrt(np.finfo(s.dtype).eps) * jnp.max(s, axis=-1, keepdims=True)
-    s_inv = jnp.where(tiny, 0, 1 / jnp.where(tiny, 1, s))
-    F = _inverse_gaps(s, s * s)
+    F, s_inv = _svd_weights(s)
     if not _is_zero(s_bar):
         inner = inner + _diag(jnp.real(s_bar))
     if not _is_zero(u_bar):
@@ -266,6 +329,20 @@ def _svd(A: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     return u * d, s, _H(v), k
 
 
+@svd.frule
+def svd_frule(tangents, A):
+    _, A_dot = tangents
+    u, s, vt, k = _svd(A)
+    v = _H(vt)
+
+    def svd_pushforward(A_dot):
+        u_dot, s_dot, v_dot = _svd_tangent(u, s, v, A_dot)
+        v_dot, u_dot = _with_phase_turn(v, k, v_dot, (u, u_dot))
+        return u_dot, s_dot, _H(v_dot)
+
+    return (u, s, vt), _pushed(svd_pushforward, A_dot)
+
+
 @svd.rrule
 def svd_rrule(A):
     project_A = ProjectTo(A)
@@ -305,6 +382,17 @@ def svdvals(A: jax.Array) -> jax.Array:
     return jnp.linalg.svd(A, compute_uv=False)
 
 
+@svdvals.frule
+def svdvals_frule(tangents, A):
+    _, A_dot = tangents
+    u, s, vt = jnp.linalg.svd(A, full_matrices=False)
+
+    def svdvals_pushforward(A_dot):  # Re u_i^H A_dot v_i
+        return _diag_sandwich(u, A_dot, _H(vt))
+
+    return s, _pushed(svdvals_pushforward, A_dot)
+
+
 @svdvals.rrule
 def svdvals_rrule(A):
     project_A = ProjectTo(A)
@@ -314,205 +402,3 @@ def svdvals_rrule(A):
         return NoTangent(), project_A(_sandwich(u, _diag(jnp.real(unthunk(s_bar))), _H(vt)))
 
     return s, svdvals_pullback
-
-
-# ----- functions of Hermitian matrices (Daleckii-Krein) --------------------------------------
-def _divided_differences(w: jax.Array, fw: jax.Array, dfw: jax.Array) -> jax.Array:
-    """K_ij = (f(w_i) - f(w_j)) / (w_i - w_j), and (f'(w_i) + f'(w_j)) / 2 on near-equal pairs.
-
-    Near-equal: where the divided difference would lose more than eps^(2/3) of its value to
-    cancellation, eps (|f(w_i)| + |f(w_j)|) > eps^(2/3) |w_i - w_j| |K_ij| (the mean of the
-    derivatives is then off by O((w_i - w_j)^2 f''') only), or where the eigenvalues differ
-    by at most n eps max|w| (eigh cannot tell them apart).
-    """
-    eps = np.finfo(w.dtype).eps
-    gap = w[..., :, None] - w[..., None, :]
-    slope = (fw[..., :, None] - fw[..., None, :]) / jnp.where(gap == 0, 1, gap)
-    mean = (dfw[..., :, None] + dfw[..., None, :]) / 2
-    lost = eps * (jnp.abs(fw)[..., :, None] + jnp.abs(fw)[..., None, :])
-    kept = eps ** (2 / 3) * jnp.abs(gap) * jnp.maximum(jnp.abs(mean), jnp.abs(slope))
-    noise = w.shape[-1] * eps * jnp.max(jnp.abs(w), axis=-1, keepdims=True)[..., None]
-    near = (jnp.abs(gap) <= noise) | (lost > kept)
-    return jnp.where(near, mean, slope)
-
-
-def _apply(A: jax.Array, f: Callable) -> jax.Array:
-    w, v = jnp.linalg.eigh(_herm(A), symmetrize_input=False)
-    return _sandwich(v, _diag(f(w)))
-
-
-def _eigen_function(A: jax.Array, f: Callable, df: Callable | None):
-    """(f(A), pullback core) for Hermitian A = V diag(w) V^H: f(A) = V diag(f(w)) V^H."""
-    w, v = jnp.linalg.eigh(_herm(A), symmetrize_input=False)
-    fw = f(w)
-    dfw = jax.jvp(f, (w,), (jnp.ones_like(w),))[1] if df is None else df(w)
-    y = _sandwich(v, _diag(fw))
-
-    def core(y_bar):
-        K = _divided_differences(w, fw, dfw)
-        return _sandwich(v, K * (_H(v) @ _herm(unthunk(y_bar)) @ v))
-
-    return y, core
-
-
-@primitive(examples=[(_S3, jnp.sin), (_S3.astype(np.float32), jnp.tanh, lambda w: 1 - jnp.tanh(w) ** 2),
-                     (_S3Z, jnp.exp)])
-def sym_matrix_function(A: jax.Array, f: Callable, df: Callable | None = None) -> jax.Array:
-    """f(A) = V diag(f(w)) V^H for the Hermitian part of A = V diag(w) V^H.
-
-    Why a rule: the derivative of a matrix function is the Daleckii-Krein formula
-    A_bar = V (K o (V^H herm(Y_bar) V)) V^H, with K the divided differences of f on the
-    eigenvalues and f'(w) on (near-)equal pairs (tolerance in `_divided_differences`).
-    Differentiating through eigh instead is NaN at repeated eigenvalues (e.g. at the
-    identity), and loses digits near them.
-
-    Args:
-      A: an array (..., n, n); only its Hermitian part is used.
-      f: a static elementwise function, real on the eigenvalues (e.g. `jnp.exp`); it is
-        hashed into the compilation cache, so reuse one function object across calls.
-      df: its derivative, elementwise; by default `jax.jvp` of f (give df when f has no
-        forward mode, e.g. a primitive with an rrule).
-
-    Returns:
-      f(A), Hermitian, of A's shape.
-
-    >>> import jax, jax.numpy as jnp
-    >>> from rules.library.linalg_spectral import sym_matrix_function
-    >>> jax.grad(lambda A: sym_matrix_function(A, jnp.exp).sum())(jnp.eye(2)).round(6).tolist()
-    [[2.718282, 2.718282], [2.718282, 2.718282]]
-
-    See also: `sqrtm_psd`, `expm_sym`, `logm_spd`, `eigh`.
-    """
-    return _apply(A, f)
-
-
-@sym_matrix_function.rrule
-def sym_matrix_function_rrule(A, f, *options, df=None):
-    (df,) = options or (df,)
-    project_A = ProjectTo(A)
-    y, core = _eigen_function(A, f, df)
-
-    def sym_matrix_function_pullback(y_bar):
-        return (NoTangent(), project_A(core(y_bar)), NoTangent()) + _nots(len(options))
-
-    return y, sym_matrix_function_pullback
-
-
-def _sqrt(w):
-    return jnp.sqrt(jnp.maximum(w, 0))
-
-
-def _dsqrt(w):
-    return 0.5 / jnp.sqrt(jnp.maximum(w, 0))
-
-
-def _dlog(w):
-    return 1 / w
-
-
-# ----- sqrtm_psd ----------------------------------------------------------------------------
-@primitive(examples=[(_S3,), (_S3Z,)])
-def sqrtm_psd(A: jax.Array) -> jax.Array:
-    """The positive semidefinite square root of the Hermitian PSD part of A.
-
-    Why a rule: `sym_matrix_function(A, sqrt)`: Daleckii-Krein divided differences, finite
-    at repeated eigenvalues (e.g. the identity), where eigh-based code is NaN under JAX.
-    Eigenvalues rounded below 0 are clipped to 0.
-
-    Args:
-      A: an array (..., n, n), Hermitian positive (semi)definite.
-
-    Returns:
-      S with S S = A, S Hermitian PSD.
-
-    >>> import jax.numpy as jnp
-    >>> from rules.library.linalg_spectral import sqrtm_psd
-    >>> sqrtm_psd(jnp.array([[4.0, 0.0], [0.0, 9.0]])).round(6).tolist()
-    [[2.0, 0.0], [0.0, 3.0]]
-
-    See also: `sym_matrix_function`, `rules.library.linalg_solve.cholesky`.
-    """
-    return _apply(A, _sqrt)
-
-
-@sqrtm_psd.rrule
-def sqrtm_psd_rrule(A):
-    project_A = ProjectTo(A)
-    y, core = _eigen_function(A, _sqrt, _dsqrt)
-
-    def sqrtm_psd_pullback(y_bar):
-        return NoTangent(), project_A(core(y_bar))
-
-    return y, sqrtm_psd_pullback
-
-
-# ----- expm_sym -----------------------------------------------------------------------------
-@primitive(examples=[(_S3,), (_S3.astype(np.float32),)])
-def expm_sym(A: jax.Array) -> jax.Array:
-    """The matrix exponential of the Hermitian part of A, by its eigendecomposition.
-
-    Why a rule: `sym_matrix_function(A, exp)`: one eigh and a Daleckii-Krein pullback,
-    finite at repeated eigenvalues where eigh-based code is NaN under JAX, and agreeing
-    with `jax.scipy.linalg.expm` (Pade) on Hermitian matrices.
-
-    Args:
-      A: an array (..., n, n); only its Hermitian part is used.
-
-    Returns:
-      exp(A), Hermitian positive definite.
-
-    >>> import jax.numpy as jnp
-    >>> from rules.library.linalg_spectral import expm_sym
-    >>> expm_sym(jnp.zeros((2, 2))).tolist()
-    [[1.0, 0.0], [0.0, 1.0]]
-
-    See also: `sym_matrix_function`, `logm_spd`, `jax.scipy.linalg.expm`.
-    """
-    return _apply(A, jnp.exp)
-
-
-@expm_sym.rrule
-def expm_sym_rrule(A):
-    project_A = ProjectTo(A)
-    y, core = _eigen_function(A, jnp.exp, jnp.exp)
-
-    def expm_sym_pullback(y_bar):
-        return NoTangent(), project_A(core(y_bar))
-
-    return y, expm_sym_pullback
-
-
-# ----- logm_spd -----------------------------------------------------------------------------
-@primitive(examples=[(_S3,), (_S3Z,)])
-def logm_spd(A: jax.Array) -> jax.Array:
-    """The principal matrix logarithm of the Hermitian positive definite part of A.
-
-    Why a rule: `sym_matrix_function(A, log)`: a Daleckii-Krein pullback, finite at
-    repeated eigenvalues (e.g. the identity) where eigh-based code is NaN under JAX.
-
-    Args:
-      A: an array (..., n, n), Hermitian positive definite.
-
-    Returns:
-      log(A), Hermitian.
-
-    >>> import jax.numpy as jnp
-    >>> from rules.library.linalg_spectral import logm_spd
-    >>> logm_spd(jnp.eye(2)).tolist()
-    [[0.0, 0.0], [0.0, 0.0]]
-
-    See also: `sym_matrix_function`, `expm_sym`, `rules.library.linalg.logdet`.
-    """
-    return _apply(A, jnp.log)
-
-
-@logm_spd.rrule
-def logm_spd_rrule(A):
-    project_A = ProjectTo(A)
-    y, core = _eigen_function(A, jnp.log, _dlog)
-
-    def logm_spd_pullback(y_bar):
-        return NoTangent(), project_A(core(y_bar))
-
-    return y, logm_spd_pullback
-

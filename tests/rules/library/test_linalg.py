@@ -5,9 +5,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import rules
+from rules import NoTangent
 from rules._check import _check_one
+from rules._lowering import JVP, VJP
 from rules._registry import examples_of, function_name, functions_with_examples
 from rules.library import linalg as la
+from rules.testing import rand_tangent, test_approx, test_frule
 
 CASES = [
     pytest.param(f, ex, id=f"{function_name(f)}-{k}")
@@ -39,11 +43,61 @@ def test_rule_passes_the_testers(f, example):
     assert row.lowered == "jit+vmap"
 
 
+# ----- forward mode: jax.jvp runs the frule, jax.grad the rrule ---------------------------------
+def _check_forward_mode(f, *args, static=(), full=False, **options):
+    """jax.jit(jax.vmap(jax.jvp)) equals the frule (the batch: the input twice, with tangents
+    x_dot and 2 x_dot) and runs it (custom_jvp); jax.vjp runs the rrule (custom_vjp). With
+    `full`, test_frule too (finite differences, the frule/rrule transposition). `static`:
+    trailing positional options; `options`: keywords."""
+    if full:
+        assert "frule/rrule transposition" in test_frule(f, *args, *static, **options).checks
+    tangents = tuple(rand_tangent(x, seed=2) for x in args)
+    _, y_dot = rules.frule((NoTangent(), *tangents, *(NoTangent() for _ in static)), f, *args, *static, **options)
+    single = any(np.dtype(x.dtype) in (np.float32, np.complex64) for x in args)
+    tol = dict(rtol=1e-4, atol=1e-5) if single else dict(rtol=1e-10, atol=1e-12)
+
+    def g(*args):
+        return f(*args, *static, **options)
+
+    f._lowered.clear()  # the lowerings built from here on, and their routes
+    jvp = jax.jit(jax.vmap(lambda args, tangents: jax.jvp(g, args, tangents)[1]))
+    both = jvp(tuple(jnp.stack([x, x]) for x in args), tuple(jnp.stack([t, 2 * t]) for t in tangents))
+    for k in (0, 1):
+        test_approx(jax.tree.map(lambda t: t[k] / (k + 1), both), y_dot, **tol)
+    assert {lowered.mode for lowered in f._lowered.values()} == {JVP}
+    jax.eval_shape(lambda *args: jax.vjp(g, *args)[0], *args)
+    assert {lowered.mode for lowered in f._lowered.values()} == {JVP, VJP}
+
+
+_B = np.stack([la._M3Z, la._M3Z.T + 0.3 * np.eye(3)])  # a batch of two complex matrices
+
+
+@pytest.mark.parametrize("f, args, static, options", [  # inputs beyond the examples: batches, dtypes
+    (la.norm, (la._M43.T.astype(np.complex64) + 0.2j,), ("nuc",), {}),
+    (la.normalize, (la._M43.astype(np.float32),), (), dict(axis=0)),
+    (la.det, (_B,), (), dict(full=True)),
+    (la.slogdet, (np.stack([la._M3, -la._M3.T]).astype(np.float32),), (), {}),
+    (la.logdet, (la._M3Z.T,), (), {}),
+    (la.inv, (_B.astype(np.complex64),), (), {}),
+    (la.pinv, (la._M43.T + 0.5j * la._M43.T[::-1],), (), {}),
+], ids=["norm-nuc-complex64", "normalize-axis-float32", "det-batch-complex", "slogdet-batch-float32",
+        "logdet-complex", "inv-batch-complex64", "pinv-wide-complex"])
+def test_jax_jvp_runs_the_frule_and_jax_grad_the_rrule(f, args, static, options):
+    _check_forward_mode(f, *args, static=static, **options)
+
+
 # ----- value added: where plain JAX is NaN, wrong, or does more work ---------------------------
 @pytest.mark.parametrize("ord, x", [(None, jnp.zeros(3)), (3, jnp.zeros(3)), ("fro", jnp.zeros((2, 2)))])
 def test_norm_has_a_zero_subgradient_at_zero_where_jax_is_nan(ord, x):
     assert np.isnan(jax.grad(lambda x: jnp.linalg.norm(x, ord))(x)).all()
     np.testing.assert_array_equal(jax.grad(lambda x: la.norm(x, ord))(x), np.zeros(x.shape))
+
+
+def test_norm_and_normalize_forward_mode_is_finite_at_zero_where_jax_is_nan():
+    x, x_dot = jnp.zeros(3), jnp.array([1.0, -2.0, 0.5])
+    assert np.isnan(jax.jvp(jnp.linalg.norm, (x,), (x_dot,))[1])
+    assert float(jax.jvp(la.norm, (x,), (x_dot,))[1]) == 0.0
+    np.testing.assert_array_equal(jax.jvp(la.normalize, (x,), (x_dot,))[1], np.zeros(3))
 
 
 def test_normalize_is_finite_at_zero_where_jax_is_nan():
@@ -65,6 +119,8 @@ def test_det_gradient_is_the_adjugate_at_singular_matrices(A):
     expected = _cofactor_adjugate(A).T
     np.testing.assert_allclose(jax.grad(la.det)(A), expected, atol=1e-12)
     np.testing.assert_allclose(jax.jit(jax.grad(la.det))(A), expected, atol=1e-12)
+    A_dot = np.array([[0.3, -1.0, 0.2], [0.5, 0.1, -0.7], [1.1, 0.4, 0.6]])  # forward: tr(adj(A) A_dot)
+    np.testing.assert_allclose(jax.jvp(la.det, (A,), (A_dot,))[1], np.sum(expected * A_dot), atol=1e-12)
     # JAX 0.10's own det rule (a cofactor solve) is right here too: the rules agree
     np.testing.assert_allclose(jax.grad(jnp.linalg.det)(A), expected, atol=1e-12)
 

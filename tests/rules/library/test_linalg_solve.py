@@ -6,9 +6,13 @@ import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
 
+import rules
+from rules import NoTangent
 from rules._check import _check_one
+from rules._lowering import JVP, VJP
 from rules._registry import examples_of, function_name, functions_with_examples
 from rules.library import linalg_solve as ls
+from rules.testing import rand_tangent, test_approx, test_frule
 
 CASES = [
     pytest.param(f, ex, id=f"{function_name(f)}-{k}")
@@ -26,6 +30,48 @@ def test_rule_passes_the_testers(f, example):
     row = _check_one(f, example)
     assert row.status == "ok", row.message
     assert row.lowered == "jit+vmap"
+
+
+# ----- forward mode: jax.jvp runs the frule, jax.grad the rrule ---------------------------------
+def _check_forward_mode(f, *args, static=(), full=False, **options):
+    """jax.jit(jax.vmap(jax.jvp)) equals the frule (the batch: the input twice, with tangents
+    x_dot and 2 x_dot) and runs it (custom_jvp); jax.vjp runs the rrule (custom_vjp). With
+    `full`, test_frule too (finite differences, the frule/rrule transposition). `static`:
+    trailing positional options; `options`: keywords."""
+    if full:
+        assert "frule/rrule transposition" in test_frule(f, *args, *static, **options).checks
+    tangents = tuple(rand_tangent(x, seed=2) for x in args)
+    _, y_dot = rules.frule((NoTangent(), *tangents, *(NoTangent() for _ in static)), f, *args, *static, **options)
+    single = any(np.dtype(x.dtype) in (np.float32, np.complex64) for x in args)
+    tol = dict(rtol=1e-4, atol=1e-5) if single else dict(rtol=1e-10, atol=1e-12)
+
+    def g(*args):
+        return f(*args, *static, **options)
+
+    f._lowered.clear()  # the lowerings built from here on, and their routes
+    jvp = jax.jit(jax.vmap(lambda args, tangents: jax.jvp(g, args, tangents)[1]))
+    both = jvp(tuple(jnp.stack([x, x]) for x in args), tuple(jnp.stack([t, 2 * t]) for t in tangents))
+    for k in (0, 1):
+        test_approx(jax.tree.map(lambda t: t[k] / (k + 1), both), y_dot, **tol)
+    assert {lowered.mode for lowered in f._lowered.values()} == {JVP}
+    jax.eval_shape(lambda *args: jax.vjp(g, *args)[0], *args)
+    assert {lowered.mode for lowered in f._lowered.values()} == {JVP, VJP}
+
+
+_SPD = np.stack([ls._SPD3Z, ls._SPD3Z.T]).astype(np.complex64)  # a batch of two
+_GARBAGE = np.array([[0.0, 0.7, -1.3], [2.1, 0.0, 0.4], [-0.6, 1.8, 0.0]])  # off the diagonal
+
+
+@pytest.mark.parametrize("f, args, static, options", [  # inputs beyond the examples: batches, dtypes
+    (ls.solve, (ls._M3Z.astype(np.complex64), (ls._B3 + 0.5j).astype(np.complex64)), (), {}),
+    (ls.cholesky, (_SPD,), (), dict(full=True)),
+    (ls.cho_solve, (np.linalg.cholesky(ls._SPD3Z).conj().T + np.tril(_GARBAGE), ls._V3Z), (), dict(lower=False)),
+    (ls.triangular_solve, ((ls._L3 + np.triu(_GARBAGE)).astype(np.float32), ls._B3.astype(np.float32)), (), {}),
+    (ls.lstsq, (ls._M43 + 0.3j * ls._M43[::-1], ls._B4 - 0.2j), (), {}),
+], ids=["solve-complex64", "cholesky-batch-complex64", "cho_solve-upper-complex", "triangular_solve-float32",
+        "lstsq-complex"])
+def test_jax_jvp_runs_the_frule_and_jax_grad_the_rrule(f, args, static, options):
+    _check_forward_mode(f, *args, static=static, **options)
 
 
 # ----- value added: where plain JAX is NaN ------------------------------------------------------
@@ -76,7 +122,7 @@ def _solve_with_a_triangle(name, c, b, lower):
 
 @pytest.mark.parametrize("name", ["cho_solve", "triangular_solve"])
 @pytest.mark.parametrize("lower, b", [(True, ls._V3), (False, ls._B3)], ids=["lower-vector", "upper-matrix"])
-def test_solves_with_a_triangle_ignore_the_other_one_in_first_and_second_derivatives(name, lower, b):
+def test_solves_with_a_triangle_ignore_the_other_one_in_both_modes_to_second_order(name, lower, b):
     # the unread triangle holds garbage (as scipy's cho_factor leaves it): the cotangent of c
     # must vanish there and not depend on it, and so must the hessian through the pullback
     part, other = (np.tril, np.triu) if lower else (np.triu, np.tril)
@@ -99,3 +145,9 @@ def test_solves_with_a_triangle_ignore_the_other_one_in_first_and_second_derivat
     for c in (clean, garbage):
         for got, want in zip(jax.tree.leaves(jax.hessian(ours, argnums=(0, 1))(c, b)), jax.tree.leaves(expected)):
             np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    # forward mode (the frule): a tangent in the unread triangle moves nothing, to second order
+    c_dot, b_dot = np.cos(np.arange(9.0)).reshape(3, 3), np.ones_like(b)
+    unread = (other(c_dot, 1 if lower else -1), np.zeros_like(b))
+    for inner, outer in (((c_dot, b_dot), unread), (unread, (c_dot, b_dot))):  # d^2 loss [inner, outer]
+        first, second = jax.jvp(lambda c, b: jax.jvp(ours, (c, b), inner)[1], (garbage, b), outer)
+        assert float(second) == 0.0 and (float(first) == 0.0) == (inner is unread)

@@ -6,10 +6,13 @@ import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
 
+import rules
+from rules import NoTangent
 from rules._check import _check_one
+from rules._lowering import JVP, VJP
 from rules._registry import examples_of, function_name, functions_with_examples
 from rules.library import linalg_spectral as sp
-from rules.testing import test_rrule
+from rules.testing import rand_tangent, test_approx, test_frule, test_rrule
 
 CASES = [
     pytest.param(f, ex, id=f"{function_name(f)}-{k}")
@@ -34,6 +37,42 @@ def test_rule_passes_the_testers(f, example):
     assert row.lowered == "jit+vmap"
 
 
+# ----- forward mode: jax.jvp runs the frule, jax.grad the rrule ---------------------------------
+def _check_forward_mode(f, *args, static=(), full=False, **options):
+    """jax.jit(jax.vmap(jax.jvp)) equals the frule (the batch: the input twice, with tangents
+    x_dot and 2 x_dot) and runs it (custom_jvp); jax.vjp runs the rrule (custom_vjp). With
+    `full`, test_frule too (finite differences, the frule/rrule transposition). `static`:
+    trailing positional options; `options`: keywords."""
+    if full:
+        assert "frule/rrule transposition" in test_frule(f, *args, *static, **options).checks
+    tangents = tuple(rand_tangent(x, seed=2) for x in args)
+    _, y_dot = rules.frule((NoTangent(), *tangents, *(NoTangent() for _ in static)), f, *args, *static, **options)
+    single = any(np.dtype(x.dtype) in (np.float32, np.complex64) for x in args)
+    tol = dict(rtol=1e-4, atol=1e-5) if single else dict(rtol=1e-10, atol=1e-12)
+
+    def g(*args):
+        return f(*args, *static, **options)
+
+    f._lowered.clear()  # the lowerings built from here on, and their routes
+    jvp = jax.jit(jax.vmap(lambda args, tangents: jax.jvp(g, args, tangents)[1]))
+    both = jvp(tuple(jnp.stack([x, x]) for x in args), tuple(jnp.stack([t, 2 * t]) for t in tangents))
+    for k in (0, 1):
+        test_approx(jax.tree.map(lambda t: t[k] / (k + 1), both), y_dot, **tol)
+    assert {lowered.mode for lowered in f._lowered.values()} == {JVP}
+    jax.eval_shape(lambda *args: jax.vjp(g, *args)[0], *args)
+    assert {lowered.mode for lowered in f._lowered.values()} == {JVP, VJP}
+
+
+@pytest.mark.parametrize("f, args", [  # inputs beyond the examples: batches, dtypes
+    (sp.eigh, (np.stack([sp._S3Z, sp._S3Z.conj()]).astype(np.complex64),)),
+    (sp.eigvalsh, ((sp._S3 + 0.1 * G).astype(np.float32),)),
+    (sp.svd, (sp._M43.T + 0.2j,)),
+    (sp.svdvals, (sp._M43.T.astype(np.float32),)),
+], ids=["eigh-batch-complex64", "eigvalsh-nonsymmetric-float32", "svd-wide-complex", "svdvals-wide-float32"])
+def test_jax_jvp_runs_the_frule_and_jax_grad_the_rrule(f, args):
+    _check_forward_mode(f, *args)
+
+
 # ----- value added: finite (and right) at repeated eigenvalues, where JAX is NaN ----------------
 def _trace_of_exp(eigh):
     def loss(A):  # trace(V diag(exp(w)) V^T) = trace(expm(A)): invariant to rotations of V
@@ -49,6 +88,10 @@ def test_eigh_is_right_for_a_rotation_invariant_loss_at_a_repeated_eigenvalue(A)
     plain = jax.grad(_trace_of_exp(jnp.linalg.eigh))(A)
     assert not np.allclose(plain, expected, rtol=1e-3)  # JAX: NaN (exactly equal) or wrong (nearly)
     np.testing.assert_allclose(jax.grad(_trace_of_exp(sp.eigh))(A), expected, rtol=1e-12)
+    A_dot = G + G.T  # forward mode too: d tr(expm(A)) [A_dot] = tr(expm(A) A_dot)
+    assert not np.allclose(jax.jvp(_trace_of_exp(jnp.linalg.eigh), (A,), (A_dot,))[1], np.sum(expected * A_dot))
+    np.testing.assert_allclose(jax.jvp(_trace_of_exp(sp.eigh), (A,), (A_dot,))[1], np.sum(expected * A_dot),
+                               rtol=1e-12)
 
 
 def test_eigh_with_an_eigenvalue_loss_skips_the_gaps_and_agrees_with_jax():
@@ -74,55 +117,7 @@ def test_svd_is_finite_for_a_rotation_invariant_loss_at_repeated_singular_values
     np.testing.assert_allclose(jax.grad(lambda A: jnp.sum(sp.svdvals(A)))(A), A, atol=1e-12)
 
 
-@pytest.mark.parametrize("name, plain_f, df_at_1", [
-    ("sqrtm_psd", jnp.sqrt, 0.5), ("expm_sym", jnp.exp, np.e), ("logm_spd", jnp.log, 1.0),
-])
-def test_matrix_functions_are_finite_and_exact_at_the_identity_where_eigh_code_is_nan(name, plain_f, df_at_1):
-    def via_jax_eigh(A):
-        w, v = jnp.linalg.eigh(A)
-        return v @ jnp.diag(plain_f(w)) @ v.T
-
-    I = jnp.eye(3)
-    assert np.isnan(jax.grad(lambda A: jnp.sum(G * via_jax_eigh(A)))(I)).all()
-    ours = jax.grad(lambda A: jnp.sum(G * getattr(sp, name)(A)))(I)
-    np.testing.assert_allclose(ours, df_at_1 * (G + G.T) / 2, rtol=1e-12)  # f'(1) herm(G)
-
-
-def test_expm_sym_agrees_with_jax_pade_expm_at_a_repeated_eigenvalue():
-    ours = jax.grad(lambda A: jnp.sum(G * sp.expm_sym(A)))(REPEATED)
-    pade = jax.grad(lambda A: jnp.sum(G * jsl.expm((A + A.T) / 2)))(REPEATED)
-    np.testing.assert_allclose(ours, pade, rtol=1e-10)
-
-
-def test_sqrtm_and_logm_invert_their_inverses_through_the_rules_at_a_repeated_eigenvalue():
-    # d <G, S(A) S(A)> = d <G, A>  and  d <G, expm(logm(A))> = d <G, A>: both herm(G)
-    for compose in (lambda A: sp.sqrtm_psd(A) @ sp.sqrtm_psd(A), lambda A: sp.expm_sym(sp.logm_spd(A))):
-        g = jax.jit(jax.grad(lambda A: jnp.sum(G * compose(A))))(REPEATED)
-        np.testing.assert_allclose(g, (G + G.T) / 2, rtol=1e-9, atol=1e-12)
-
-
 # ----- documented behaviour -------------------------------------------------------------------
-def test_sym_matrix_function_takes_the_limit_that_masked_eigh_drops():
-    # sum(V f(W) V^T) at I: the exact gradient is f'(1) * ones; through eigh the degenerate
-    # pairs are dropped (finite, but only the diagonal survives): use sym_matrix_function.
-    def via_eigh(A):
-        w, v = sp.eigh(A)
-        return jnp.sum(v @ jnp.diag(jnp.exp(w)) @ v.T)
-
-    I = jnp.eye(3)
-    np.testing.assert_allclose(jax.grad(via_eigh)(I), np.e * np.eye(3), rtol=1e-12)
-    np.testing.assert_allclose(jax.grad(lambda A: jnp.sum(sp.sym_matrix_function(A, jnp.exp)))(I),
-                               np.e * np.ones((3, 3)), rtol=1e-12)
-
-
-def test_sym_matrix_function_derives_df_by_forward_mode_or_takes_it_given():
-    A = jnp.asarray(sp._S3) + 0.1 * G  # a non-symmetric input: its symmetric part is used
-    auto = jax.grad(lambda A: jnp.sum(G * sp.sym_matrix_function(A, jnp.tanh)))(A)
-    given = jax.grad(lambda A: jnp.sum(G * sp.sym_matrix_function(A, jnp.tanh, df=lambda w: 1 - jnp.tanh(w) ** 2)))(A)
-    np.testing.assert_allclose(auto, given, rtol=1e-12)
-    np.testing.assert_allclose(auto, auto.T, rtol=1e-12)  # the cotangent is symmetric
-
-
 def test_complex_eigh_and_svd_agree_with_jax_on_gauge_invariant_losses():
     Z, M = jnp.asarray(sp._S3Z), jnp.asarray(sp._M43) + 0.2j
 
@@ -205,13 +200,15 @@ def _phase_dependent_loss(name, A):
 ], ids=["svd-tall", "svd-complex-wide", "svd-tie", "eigh", "eigh-complex", "eigh-tie"])
 def test_svd_and_eigh_are_the_same_function_whatever_signs_the_backend_chooses(monkeypatch, name, A):
     # backends choose other signs (LAPACK, cuSOLVER's Jacobi, batched or not): svd failed test_rrule on a GPU
-    loss = _phase_dependent_loss(name, A)
+    loss, A_dot = _phase_dependent_loss(name, A), rand_tangent(np.asarray(A), seed=5)
     expected_y, expected_g = getattr(sp, name)(A), jax.grad(loss)(A)
+    expected_t = jax.jvp(loss, (A,), (A_dot,))[1]  # forward mode: the frule
     monkeypatch.setattr(jnp.linalg, name, _as_another_backend(getattr(jnp.linalg, name), name))
     for y, want in zip(getattr(sp, name)(A), expected_y):
         np.testing.assert_allclose(y, want, rtol=1e-13, atol=1e-14)
     np.testing.assert_allclose(jax.grad(loss)(A), expected_g, rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(jax.jit(jax.grad(loss))(A), expected_g, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(jax.jvp(loss, (A,), (A_dot,))[1], expected_t, rtol=1e-12, atol=1e-13)
 
 
 @pytest.mark.parametrize("name, A", [
@@ -221,3 +218,4 @@ def test_svd_and_eigh_are_the_same_function_whatever_signs_the_backend_chooses(m
 ], ids=["svd-square", "svd-tall-complex64", "eigh-complex64"])
 def test_svd_and_eigh_pass_the_testers_beyond_their_examples(name, A):
     assert test_rrule(getattr(sp, name), A).max_error < 1e-5
+    assert test_frule(getattr(sp, name), A).max_error < 1e-5

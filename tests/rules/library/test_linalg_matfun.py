@@ -1,0 +1,130 @@
+"""rules.library.linalg_matfun: every rule verified by the testers, and what it does better."""
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+import pytest
+
+import rules
+from rules import NoTangent
+from rules._check import _check_one
+from rules._lowering import JVP, VJP
+from rules._registry import examples_of, function_name, functions_with_examples
+from rules.library import linalg_matfun as mf
+from rules.library import linalg_spectral as sp
+from rules.testing import rand_tangent, test_approx, test_frule
+
+CASES = [
+    pytest.param(f, ex, id=f"{function_name(f)}-{k}")
+    for f in functions_with_examples(["rules.library.linalg_matfun"])
+    for k, ex in enumerate(examples_of(f))
+]
+
+# A symmetric matrix with a repeated eigenvalue (1, 1, 2), and the identity.
+_Q = jnp.asarray(sp._Q3)
+REPEATED = _Q @ jnp.diag(jnp.array([1.0, 1.0, 2.0])) @ _Q.T
+G = jnp.array([[1.0, 2.0, -1.0], [0.5, 0.0, 3.0], [-2.0, 1.0, 1.5]])  # a non-symmetric seed
+
+
+def test_the_module_ships_its_rules():
+    assert {function_name(f) for f, _ in (c.values for c in CASES)} == set(mf.__all__)
+
+
+def test_the_functions_are_still_importable_from_linalg_spectral():
+    assert all(getattr(sp, name) is getattr(mf, name) for name in mf.__all__)
+
+
+@pytest.mark.parametrize("f, example", CASES)
+def test_rule_passes_the_testers(f, example):
+    row = _check_one(f, example)
+    assert row.status == "ok", row.message
+    assert row.lowered == "jit+vmap"
+
+
+# ----- forward mode: jax.jvp runs the frule, jax.grad the rrule ---------------------------------
+def _check_forward_mode(f, *args, static=(), full=False, **options):
+    """jax.jit(jax.vmap(jax.jvp)) equals the frule (the batch: the input twice, with tangents
+    x_dot and 2 x_dot) and runs it (custom_jvp); jax.vjp runs the rrule (custom_vjp). With
+    `full`, test_frule too (finite differences, the frule/rrule transposition). `static`:
+    trailing positional options; `options`: keywords."""
+    if full:
+        assert "frule/rrule transposition" in test_frule(f, *args, *static, **options).checks
+    tangents = tuple(rand_tangent(x, seed=2) for x in args)
+    _, y_dot = rules.frule((NoTangent(), *tangents, *(NoTangent() for _ in static)), f, *args, *static, **options)
+    single = any(np.dtype(x.dtype) in (np.float32, np.complex64) for x in args)
+    tol = dict(rtol=1e-4, atol=1e-5) if single else dict(rtol=1e-10, atol=1e-12)
+
+    def g(*args):
+        return f(*args, *static, **options)
+
+    f._lowered.clear()  # the lowerings built from here on, and their routes
+    jvp = jax.jit(jax.vmap(lambda args, tangents: jax.jvp(g, args, tangents)[1]))
+    both = jvp(tuple(jnp.stack([x, x]) for x in args), tuple(jnp.stack([t, 2 * t]) for t in tangents))
+    for k in (0, 1):
+        test_approx(jax.tree.map(lambda t: t[k] / (k + 1), both), y_dot, **tol)
+    assert {lowered.mode for lowered in f._lowered.values()} == {JVP}
+    jax.eval_shape(lambda *args: jax.vjp(g, *args)[0], *args)
+    assert {lowered.mode for lowered in f._lowered.values()} == {JVP, VJP}
+
+
+@pytest.mark.parametrize("f, args, static, options", [  # inputs beyond the examples: batches, dtypes
+    (mf.sym_matrix_function, (sp._S3Z.astype(np.complex64),), (jnp.sin,), {}),
+    (mf.sqrtm_psd, (np.stack([mf._S3, np.eye(3)]).astype(np.float32),), (), dict(full=True)),
+    (mf.expm_sym, (sp._S3Z - 1.0,), (), {}),
+    (mf.logm_spd, ((mf._S3 + 0.1 * G).astype(np.float32),), (), {}),
+], ids=["sym_matrix_function-complex64", "sqrtm_psd-batch-float32", "expm_sym-complex", "logm_spd-float32"])
+def test_jax_jvp_runs_the_frule_and_jax_grad_the_rrule(f, args, static, options):
+    _check_forward_mode(f, *args, static=static, **options)
+
+
+# ----- value added: finite (and right) at repeated eigenvalues, where JAX is NaN ----------------
+@pytest.mark.parametrize("name, plain_f, df_at_1", [
+    ("sqrtm_psd", jnp.sqrt, 0.5), ("expm_sym", jnp.exp, np.e), ("logm_spd", jnp.log, 1.0),
+])
+def test_matrix_functions_are_finite_and_exact_at_the_identity_in_both_modes_where_eigh_code_is_nan(name, plain_f, df_at_1):
+    def via_jax_eigh(A):
+        w, v = jnp.linalg.eigh(A)
+        return v @ jnp.diag(plain_f(w)) @ v.T
+
+    I = jnp.eye(3)
+    assert np.isnan(jax.grad(lambda A: jnp.sum(G * via_jax_eigh(A)))(I)).all()
+    ours = jax.grad(lambda A: jnp.sum(G * getattr(mf, name)(A)))(I)
+    np.testing.assert_allclose(ours, df_at_1 * (G + G.T) / 2, rtol=1e-12)  # f'(1) herm(G)
+    assert np.isnan(jax.jvp(via_jax_eigh, (I,), (G,))[1]).all()  # forward mode: the same map
+    np.testing.assert_allclose(jax.jvp(getattr(mf, name), (I,), (G,))[1], df_at_1 * (G + G.T) / 2, rtol=1e-12)
+
+
+def test_expm_sym_agrees_with_jax_pade_expm_at_a_repeated_eigenvalue():
+    ours = jax.grad(lambda A: jnp.sum(G * mf.expm_sym(A)))(REPEATED)
+    pade = jax.grad(lambda A: jnp.sum(G * jsl.expm((A + A.T) / 2)))(REPEATED)
+    np.testing.assert_allclose(ours, pade, rtol=1e-10)
+
+
+def test_sqrtm_and_logm_invert_their_inverses_through_the_rules_at_a_repeated_eigenvalue():
+    # d <G, S(A) S(A)> = d <G, A>  and  d <G, expm(logm(A))> = d <G, A>: both herm(G)
+    for compose in (lambda A: mf.sqrtm_psd(A) @ mf.sqrtm_psd(A), lambda A: mf.expm_sym(mf.logm_spd(A))):
+        g = jax.jit(jax.grad(lambda A: jnp.sum(G * compose(A))))(REPEATED)
+        np.testing.assert_allclose(g, (G + G.T) / 2, rtol=1e-9, atol=1e-12)
+
+
+# ----- documented behaviour -------------------------------------------------------------------
+def test_sym_matrix_function_takes_the_limit_that_masked_eigh_drops():
+    # sum(V f(W) V^T) at I: the exact gradient is f'(1) * ones; through eigh the degenerate
+    # pairs are dropped (finite, but only the diagonal survives): use sym_matrix_function.
+    def via_eigh(A):
+        w, v = sp.eigh(A)
+        return jnp.sum(v @ jnp.diag(jnp.exp(w)) @ v.T)
+
+    I = jnp.eye(3)
+    np.testing.assert_allclose(jax.grad(via_eigh)(I), np.e * np.eye(3), rtol=1e-12)
+    np.testing.assert_allclose(jax.grad(lambda A: jnp.sum(mf.sym_matrix_function(A, jnp.exp)))(I),
+                               np.e * np.ones((3, 3)), rtol=1e-12)
+
+
+def test_sym_matrix_function_derives_df_by_forward_mode_or_takes_it_given():
+    A = jnp.asarray(mf._S3) + 0.1 * G  # a non-symmetric input: its symmetric part is used
+    auto = jax.grad(lambda A: jnp.sum(G * mf.sym_matrix_function(A, jnp.tanh)))(A)
+    given = jax.grad(lambda A: jnp.sum(G * mf.sym_matrix_function(A, jnp.tanh, df=lambda w: 1 - jnp.tanh(w) ** 2)))(A)
+    np.testing.assert_allclose(auto, given, rtol=1e-12)
+    np.testing.assert_allclose(auto, auto.T, rtol=1e-12)  # the cotangent is symmetric
