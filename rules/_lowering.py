@@ -434,6 +434,7 @@ class _Lowered:
     def fwd(self, *dyn_primals):
         values = [p.value for p in dyn_primals]
         perturbed = [p.perturbed for p in dyn_primals]
+        self._check_keywords_not_differentiated(perturbed)
         args, kwargs = self.rebuild(values)
         with _running_rule_of(self.prim.__rules_key__), _naming(f"(raised in the rrule of `{self.name}`)"):
             y, pullback = check_rrule_result(self.prim, self.rr(*args, **kwargs))
@@ -536,6 +537,7 @@ class _Lowered:
 
     # ----- forward mode: jax.custom_jvp ---------------------------------------------------
     def jvp(self, primals, tangents):
+        self._check_keywords_not_differentiated([not isinstance(t, SymbolicZero) for t in tangents])
         args, kwargs = self.rebuild(primals)
         leaf_tangents: list[Any] = [NoTangent()] * len(self.kinds)
         for flat, t in zip(self.dyn_index, tangents):
@@ -574,6 +576,7 @@ class _Lowered:
         The pullback, in JAX's convention, is linear in the output cotangent; where it is built
         from transposable operations, `jax.linear_transpose` turns it into the pushforward.
         """
+        self._check_keywords_not_differentiated([not isinstance(t, SymbolicZero) for t in tangents])
         args, kwargs = self.rebuild(primals)
         with _running_rule_of(self.prim.__rules_key__), _naming(f"(raised in the rrule of `{self.name}`)"):
             y, pullback = check_rrule_result(self.prim, self.rr(*args, **kwargs))
@@ -609,6 +612,28 @@ class _Lowered:
         for i, y_dot in zip(out_diff, y_dots):
             out[i] = y_dot
         return y, jax.tree_util.tree_unflatten(y_tree, out)
+
+    def _check_keywords_not_differentiated(self, perturbed: list) -> None:
+        """A float array given by keyword is a constant to the rule: differentiating it is an error.
+
+        Its derivative would otherwise be zero, silently.
+        """
+        n_pos = self.treedef.children()[0].num_leaves
+        for d, flat in enumerate(self.dyn_index):
+            if flat >= n_pos and perturbed[d] and self.kinds[flat] == NONDIFF:
+                _, numbered = jax.tree_util.tree_unflatten(self.treedef, list(range(len(self.kinds))))
+                where = next(jax.tree_util.keystr(path) for path, k in jax.tree_util.tree_flatten_with_path(numbered)[0] if k == flat)
+                raise RuleDefinitionError(
+                    format_message(
+                        f"primitive `{self.name}`: an array given by keyword is being differentiated, "
+                        "but keyword arguments are constants to its rules (their derivative would be "
+                        "zero, silently)",
+                        argument=f"keyword argument {where}",
+                        expected="differentiated arrays passed positionally",
+                        got="a float array by keyword that JAX is differentiating",
+                        fix="pass it positionally, or wrap it in jax.lax.stop_gradient if it is a constant",
+                    )
+                )
 
     def _slots(self, suffix: str) -> str:
         """`x_bar, y_bar`: the argument slots of a rule's result, by parameter name."""

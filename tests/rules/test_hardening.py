@@ -530,3 +530,29 @@ def test_a_pullback_failing_to_transpose_with_an_empty_message_still_says_why(mo
     monkeypatch.setattr(jax, "linear_transpose", bare_assertion)
     with pytest.raises(rules.ForwardModeError, match="got:      AssertionError: \n"):
         jax.jvp(silent, (1.0,), (1.0,))
+
+
+# ------------------------------------------------------------------------------------------
+# A float array given by keyword is a constant to the rules: differentiating it raises
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["grad", "jvp"])
+def test_differentiating_an_array_given_by_keyword_raises_instead_of_a_zero(maybe_jit, mode):
+    @rules.primitive
+    def scaled(x, *, weight):
+        return x * weight
+
+    scaled.rrule(lambda x, *, weight: (scaled(x, weight=weight), lambda y_bar: (NoTangent(), y_bar * weight)))
+    w = jnp.array([1.0, 2.0, 3.0])
+    # x by position is differentiated; the keyword array is a constant, as documented
+    np.testing.assert_allclose(maybe_jit(jax.grad(lambda x: jnp.sum(scaled(x, weight=w))))(X), w)
+    if mode == "grad":
+        run = maybe_jit(jax.grad(lambda w: jnp.sum(scaled(X, weight=w))))
+    else:
+        run = maybe_jit(lambda w: jax.jvp(lambda w: scaled(X, weight=w), (w,), (w,)))
+    with pytest.raises(rules.RuleDefinitionError) as err:
+        run(w)
+    message = str(err.value)
+    assert "scaled`: an array given by keyword is being differentiated" in message
+    assert "keyword argument ['weight']" in message and "pass it positionally" in message
