@@ -1,6 +1,14 @@
 """Shared fixtures for the library tests."""
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
+
+import rules
+from rules import NoTangent
+from rules._lowering import JVP, VJP
+from rules.testing import rand_tangent, test_approx, test_frule
 
 
 def _count(jaxpr, name):
@@ -24,3 +32,35 @@ def _count(jaxpr, name):
 def count_equations():
     """`count_equations(jaxpr, name)`: equations named `name` in a jaxpr and its sub-jaxprs."""
     return _count
+
+
+def _check_forward_mode(f, *args, static=(), full=False, **options):
+    """jax.jit(jax.vmap(jax.jvp)) equals the frule (the batch: the input twice, with tangents
+    x_dot and 2 x_dot) and runs it (custom_jvp); jax.vjp runs the rrule (custom_vjp). With
+    `full`, test_frule too (finite differences, the frule/rrule transposition). `static`:
+    trailing positional options; `options`: keywords."""
+    if full:
+        assert "frule/rrule transposition" in test_frule(f, *args, *static, **options).checks
+    tangents = tuple(rand_tangent(x, seed=2) for x in args)
+    _, y_dot = rules.frule((NoTangent(), *tangents, *(NoTangent() for _ in static)), f, *args, *static, **options)
+    single = any(np.dtype(x.dtype) in (np.float32, np.complex64) for x in args)
+    tol = dict(rtol=1e-4, atol=1e-5) if single else dict(rtol=1e-10, atol=1e-12)
+
+    def g(*args):
+        return f(*args, *static, **options)
+
+    f._lowered.clear()  # the lowerings built from here on, and their routes
+    jvp = jax.jit(jax.vmap(lambda args, tangents: jax.jvp(g, args, tangents)[1]))
+    both = jvp(tuple(jnp.stack([x, x]) for x in args), tuple(jnp.stack([t, 2 * t]) for t in tangents))
+    for k in (0, 1):
+        test_approx(jax.tree.map(lambda t: t[k] / (k + 1), both), y_dot, **tol)
+    assert {lowered.mode for lowered in f._lowered.values()} == {JVP}
+    jax.eval_shape(lambda *args: jax.vjp(g, *args)[0], *args)
+    assert {lowered.mode for lowered in f._lowered.values()} == {JVP, VJP}
+
+
+@pytest.fixture
+def check_forward_mode():
+    """`check_forward_mode(f, *args, static=(), full=False, **options)`: jax.jvp runs f's frule
+    (jit and vmap), jax.vjp its rrule."""
+    return _check_forward_mode

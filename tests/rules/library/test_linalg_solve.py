@@ -6,13 +6,9 @@ import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
 
-import rules
-from rules import NoTangent
 from rules._check import _check_one
-from rules._lowering import JVP, VJP
 from rules._registry import examples_of, function_name, functions_with_examples
 from rules.library import linalg_solve as ls
-from rules.testing import rand_tangent, test_approx, test_frule
 
 CASES = [
     pytest.param(f, ex, id=f"{function_name(f)}-{k}")
@@ -33,31 +29,6 @@ def test_rule_passes_the_testers(f, example):
 
 
 # ----- forward mode: jax.jvp runs the frule, jax.grad the rrule ---------------------------------
-def _check_forward_mode(f, *args, static=(), full=False, **options):
-    """jax.jit(jax.vmap(jax.jvp)) equals the frule (the batch: the input twice, with tangents
-    x_dot and 2 x_dot) and runs it (custom_jvp); jax.vjp runs the rrule (custom_vjp). With
-    `full`, test_frule too (finite differences, the frule/rrule transposition). `static`:
-    trailing positional options; `options`: keywords."""
-    if full:
-        assert "frule/rrule transposition" in test_frule(f, *args, *static, **options).checks
-    tangents = tuple(rand_tangent(x, seed=2) for x in args)
-    _, y_dot = rules.frule((NoTangent(), *tangents, *(NoTangent() for _ in static)), f, *args, *static, **options)
-    single = any(np.dtype(x.dtype) in (np.float32, np.complex64) for x in args)
-    tol = dict(rtol=1e-4, atol=1e-5) if single else dict(rtol=1e-10, atol=1e-12)
-
-    def g(*args):
-        return f(*args, *static, **options)
-
-    f._lowered.clear()  # the lowerings built from here on, and their routes
-    jvp = jax.jit(jax.vmap(lambda args, tangents: jax.jvp(g, args, tangents)[1]))
-    both = jvp(tuple(jnp.stack([x, x]) for x in args), tuple(jnp.stack([t, 2 * t]) for t in tangents))
-    for k in (0, 1):
-        test_approx(jax.tree.map(lambda t: t[k] / (k + 1), both), y_dot, **tol)
-    assert {lowered.mode for lowered in f._lowered.values()} == {JVP}
-    jax.eval_shape(lambda *args: jax.vjp(g, *args)[0], *args)
-    assert {lowered.mode for lowered in f._lowered.values()} == {JVP, VJP}
-
-
 _SPD = np.stack([ls._SPD3Z, ls._SPD3Z.T]).astype(np.complex64)  # a batch of two
 _GARBAGE = np.array([[0.0, 0.7, -1.3], [2.1, 0.0, 0.4], [-0.6, 1.8, 0.0]])  # off the diagonal
 
@@ -70,8 +41,8 @@ _GARBAGE = np.array([[0.0, 0.7, -1.3], [2.1, 0.0, 0.4], [-0.6, 1.8, 0.0]])  # of
     (ls.lstsq, (ls._M43 + 0.3j * ls._M43[::-1], ls._B4 - 0.2j), (), {}),
 ], ids=["solve-complex64", "cholesky-batch-complex64", "cho_solve-upper-complex", "triangular_solve-float32",
         "lstsq-complex"])
-def test_jax_jvp_runs_the_frule_and_jax_grad_the_rrule(f, args, static, options):
-    _check_forward_mode(f, *args, static=static, **options)
+def test_jax_jvp_runs_the_frule_and_jax_grad_the_rrule(f, args, static, options, check_forward_mode):
+    check_forward_mode(f, *args, static=static, **options)
 
 
 # ----- value added: where plain JAX is NaN ------------------------------------------------------

@@ -6,13 +6,10 @@ import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
 
-import rules
-from rules import NoTangent
 from rules._check import _check_one
-from rules._lowering import JVP, VJP
 from rules._registry import examples_of, function_name, functions_with_examples
 from rules.library import linalg_spectral as sp
-from rules.testing import rand_tangent, test_approx, test_frule, test_rrule
+from rules.testing import rand_tangent, test_frule, test_rrule
 
 CASES = [
     pytest.param(f, ex, id=f"{function_name(f)}-{k}")
@@ -38,39 +35,14 @@ def test_rule_passes_the_testers(f, example):
 
 
 # ----- forward mode: jax.jvp runs the frule, jax.grad the rrule ---------------------------------
-def _check_forward_mode(f, *args, static=(), full=False, **options):
-    """jax.jit(jax.vmap(jax.jvp)) equals the frule (the batch: the input twice, with tangents
-    x_dot and 2 x_dot) and runs it (custom_jvp); jax.vjp runs the rrule (custom_vjp). With
-    `full`, test_frule too (finite differences, the frule/rrule transposition). `static`:
-    trailing positional options; `options`: keywords."""
-    if full:
-        assert "frule/rrule transposition" in test_frule(f, *args, *static, **options).checks
-    tangents = tuple(rand_tangent(x, seed=2) for x in args)
-    _, y_dot = rules.frule((NoTangent(), *tangents, *(NoTangent() for _ in static)), f, *args, *static, **options)
-    single = any(np.dtype(x.dtype) in (np.float32, np.complex64) for x in args)
-    tol = dict(rtol=1e-4, atol=1e-5) if single else dict(rtol=1e-10, atol=1e-12)
-
-    def g(*args):
-        return f(*args, *static, **options)
-
-    f._lowered.clear()  # the lowerings built from here on, and their routes
-    jvp = jax.jit(jax.vmap(lambda args, tangents: jax.jvp(g, args, tangents)[1]))
-    both = jvp(tuple(jnp.stack([x, x]) for x in args), tuple(jnp.stack([t, 2 * t]) for t in tangents))
-    for k in (0, 1):
-        test_approx(jax.tree.map(lambda t: t[k] / (k + 1), both), y_dot, **tol)
-    assert {lowered.mode for lowered in f._lowered.values()} == {JVP}
-    jax.eval_shape(lambda *args: jax.vjp(g, *args)[0], *args)
-    assert {lowered.mode for lowered in f._lowered.values()} == {JVP, VJP}
-
-
 @pytest.mark.parametrize("f, args", [  # inputs beyond the examples: batches, dtypes
     (sp.eigh, (np.stack([sp._S3Z, sp._S3Z.conj()]).astype(np.complex64),)),
     (sp.eigvalsh, ((sp._S3 + 0.1 * G).astype(np.float32),)),
     (sp.svd, (sp._M43.T + 0.2j,)),
     (sp.svdvals, (sp._M43.T.astype(np.float32),)),
 ], ids=["eigh-batch-complex64", "eigvalsh-nonsymmetric-float32", "svd-wide-complex", "svdvals-wide-float32"])
-def test_jax_jvp_runs_the_frule_and_jax_grad_the_rrule(f, args):
-    _check_forward_mode(f, *args)
+def test_jax_jvp_runs_the_frule_and_jax_grad_the_rrule(f, args, check_forward_mode):
+    check_forward_mode(f, *args)
 
 
 # ----- value added: finite (and right) at repeated eigenvalues, where JAX is NaN ----------------
