@@ -89,6 +89,7 @@ def make_frule_primitive():
         y = f_plain(x)
         return y, (jnp.cos(x) * jnp.exp(x) + y) * x_dot
 
+    prim.frule_impl = f_frule  # row 5 gives it to a primitive that has an rrule too
     return prim
 
 
@@ -105,26 +106,9 @@ def make_custom_jvp():
 
 
 def make_both_rules_primitive():
-    def b_plain(x):
-        return f_plain(x)
-
-    prim = rules.primitive(b_plain)
-
-    @prim.rrule
-    def b_rrule(x):
-        y = f_plain(x)
-
-        def b_pullback(y_bar):
-            return rules.NoTangent(), y_bar * (jnp.cos(x) * jnp.exp(x) + y)
-
-        return y, b_pullback
-
-    @prim.frule
-    def b_frule(tangents, x):
-        _, x_dot = tangents
-        y = f_plain(x)
-        return y, (jnp.cos(x) * jnp.exp(x) + y) * x_dot
-
+    """Row 1's rrule primitive (a fresh function) given row 4's frule as well."""
+    prim = make_primitive()
+    prim.frule(make_frule_primitive().frule_impl)
     return prim
 
 

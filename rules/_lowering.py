@@ -352,6 +352,9 @@ class _Lowered:
         starts = np.cumsum([0] + [t.num_leaves for t in self.arg_treedefs])
         self.arg_ranges = [(int(starts[i]), int(starts[i + 1])) for i in range(self.nargs)]
         self._out_types: dict = {}
+        n_pos = treedef.children()[0].num_leaves
+        # dynamic inputs given by keyword: constants to the rules (checked when differentiated)
+        self.keyword_inputs = [(d, flat) for d, flat in enumerate(self.dyn_index) if flat >= n_pos]
         if mode == VJP:
             fn = jax.custom_vjp(self.primal)
             fn.defvjp(self.fwd, self.bwd, symbolic_zeros=True)
@@ -537,7 +540,7 @@ class _Lowered:
 
     # ----- forward mode: jax.custom_jvp ---------------------------------------------------
     def jvp(self, primals, tangents):
-        self._check_keywords_not_differentiated([not isinstance(t, SymbolicZero) for t in tangents])
+        self._check_keywords_not_differentiated(tangents)
         args, kwargs = self.rebuild(primals)
         leaf_tangents: list[Any] = [NoTangent()] * len(self.kinds)
         for flat, t in zip(self.dyn_index, tangents):
@@ -576,7 +579,7 @@ class _Lowered:
         The pullback, in JAX's convention, is linear in the output cotangent; where it is built
         from transposable operations, `jax.linear_transpose` turns it into the pushforward.
         """
-        self._check_keywords_not_differentiated([not isinstance(t, SymbolicZero) for t in tangents])
+        self._check_keywords_not_differentiated(tangents)
         args, kwargs = self.rebuild(primals)
         with _running_rule_of(self.prim.__rules_key__), _naming(f"(raised in the rrule of `{self.name}`)"):
             y, pullback = check_rrule_result(self.prim, self.rr(*args, **kwargs))
@@ -616,24 +619,26 @@ class _Lowered:
     def _check_keywords_not_differentiated(self, perturbed: list) -> None:
         """A float array given by keyword is a constant to the rule: differentiating it is an error.
 
-        Its derivative would otherwise be zero, silently.
+        Its derivative would otherwise be zero, silently. `perturbed` holds, per dynamic input,
+        a bool (reverse mode) or its tangent (forward mode: perturbed unless a symbolic zero).
         """
-        n_pos = self.treedef.children()[0].num_leaves
-        for d, flat in enumerate(self.dyn_index):
-            if flat >= n_pos and perturbed[d] and self.kinds[flat] == NONDIFF:
-                _, numbered = jax.tree_util.tree_unflatten(self.treedef, list(range(len(self.kinds))))
-                where = next(jax.tree_util.keystr(path) for path, k in jax.tree_util.tree_flatten_with_path(numbered)[0] if k == flat)
-                raise RuleDefinitionError(
-                    format_message(
-                        f"primitive `{self.name}`: an array given by keyword is being differentiated, "
-                        "but keyword arguments are constants to its rules (their derivative would be "
-                        "zero, silently)",
-                        argument=f"keyword argument {where}",
-                        expected="differentiated arrays passed positionally",
-                        got="a float array by keyword that JAX is differentiating",
-                        fix="pass it positionally, or wrap it in jax.lax.stop_gradient if it is a constant",
-                    )
+        for d, flat in self.keyword_inputs:
+            p = perturbed[d]
+            if not (p is True or (p is not False and not isinstance(p, SymbolicZero))):
+                continue
+            _, numbered = jax.tree_util.tree_unflatten(self.treedef, list(range(len(self.kinds))))
+            where = next(jax.tree_util.keystr(path) for path, k in jax.tree_util.tree_flatten_with_path(numbered)[0] if k == flat)
+            raise RuleDefinitionError(
+                format_message(
+                    f"primitive `{self.name}`: an array given by keyword is being differentiated, "
+                    "but keyword arguments are constants to its rules (their derivative would be "
+                    "zero, silently)",
+                    argument=f"keyword argument {where}",
+                    expected="differentiated arrays passed positionally",
+                    got="a float array by keyword that JAX is differentiating",
+                    fix="pass it positionally, or wrap it in jax.lax.stop_gradient if it is a constant",
                 )
+            )
 
     def _slots(self, suffix: str) -> str:
         """`x_bar, y_bar`: the argument slots of a rule's result, by parameter name."""
