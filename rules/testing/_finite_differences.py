@@ -781,7 +781,8 @@ class _Program:
 
         def call(v):
             y = self.fun(consts, v)
-            return y if w is None else jnp.stack([y @ w, jnp.abs(y) @ jnp.abs(w)])
+            # sums of products, not `y @ w`: XLA:CPU compiles a dot ~60 ms slower (per f)
+            return y if w is None else jnp.stack([jnp.sum(y * w), jnp.sum(jnp.abs(y) * jnp.abs(w))])
 
         out = jax.vmap(call)(points.reshape(k * n, n))
         return out.reshape(k, n, *out.shape[1:])

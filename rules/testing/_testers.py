@@ -657,28 +657,58 @@ def _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, 
         out, back = jax.vjp(problem.prim_fn, *dargs)
         return out, conj_tree(back(_jax_seed(y_bar, out)))
 
-    rtol, atol = _lowered_tol(problem.args, y)
-    want = tuple(dense[i] for i in problem.index)
-    done = []
-    variants = [("jax.vjp", vjp_cr)] + ([("jax.jit(jax.vjp)", jax.jit(vjp_cr))] if check_jit else [])
-    results = {}
-    for label, fn in variants:
-        results[label] = out, got = fn(problem.args, y_bar_dense)
-        for i, g, w in zip(problem.index, got, want):
+    def against_rule(label, result):
+        for i, g, w in zip(problem.index, result[1], want):
             _check_close(tester, name, f"the lowered primitive's {label} differs from the pullback",
                          g, w, rtol, atol, _arg(i))
-        done.append(label)
-    if check_vmap:
-        ybar_b, ybar_axes = _batch(y_bar_dense, seed + 4)
-        first = results["jax.vjp"]  # batch element 0 is the unbatched problem
-        args_b, args_axes, second = _second_point(vjp_cr, problem.args, _slice(ybar_b, ybar_axes, 1), first, seed + 3)
-        batched = jax.vmap(vjp_cr, in_axes=(args_axes, ybar_axes))(args_b, ybar_b)
+
+    rtol, atol = _lowered_tol(problem.args, y)
+    want = tuple(dense[i] for i in problem.index)
+    batch = lambda: _batch(y_bar_dense, seed + 4)  # noqa: E731
+    return _check_variants(tester, vjp_cr, problem.args, y_bar_dense, batch, "vjp", against_rule,
+                           check_jit, check_vmap, seed, rtol, atol, name)
+
+
+def _check_variants(tester, fn, args, other, batch_other, what, against_rule, check_jit, check_vmap,
+                    seed, rtol, atol, name) -> list[str]:
+    """The lowered primitive `fn(args, other)` eagerly, under `jax.jit` and under `jax.vmap`.
+
+    Eager, it must equal the rule (`against_rule(label, result)` fails otherwise). With both
+    jit and vmap on, one compiled `jax.jit(jax.vmap(fn))` of two points must equal `fn` looped
+    over them eagerly: one compilation instead of one for jit plus one per operation of the
+    rule for eager vmap. Only when it disagrees are jit and vmap run apart, to say which of
+    the two is wrong.
+    """
+    first = fn(args, other)
+    against_rule(f"jax.{what}", first)
+    done = [f"jax.{what}"]
+    jit_label = f"jax.jit(jax.{what})"
+    if not check_vmap:
+        if check_jit:
+            against_rule(jit_label, jax.jit(fn)(args, other))
+            done.append(jit_label)
+        return done
+    other_b, other_axes = batch_other()
+    # batch element 0 is the unbatched problem; the second point stays where f is defined
+    args_b, axes, second = _second_point(fn, args, _slice(other_b, other_axes, 1), first, seed + 3)
+
+    def compare(label, batched):
         for k, looped in ((0, first), (1, second)):
-            got = jax.tree_util.tree_map(lambda b: b[k], batched)
-            _check_close(tester, name, f"jax.vmap: batched differs from looped (batch element {k})",
-                         got, looped, rtol, atol)
-        done.append("jax.vmap")
-    return done
+            _check_close(tester, name, f"{label}: batched differs from looped (batch element {k})",
+                         jax.tree_util.tree_map(lambda b: b[k], batched), looped, rtol, atol)
+
+    vmapped = jax.vmap(fn, in_axes=(axes, other_axes))
+    if not check_jit:
+        compare("jax.vmap", vmapped(args_b, other_b))
+        return done + ["jax.vmap"]
+    try:
+        compare(f"jax.jit(jax.vmap(jax.{what}))", jax.jit(vmapped)(args_b, other_b))
+    except AssertionError:
+        # which transformation is wrong: jit alone, then vmap alone (each raises if it is)
+        against_rule(jit_label, jax.jit(fn)(args, other))
+        compare("jax.vmap", vmapped(args_b, other_b))
+        raise
+    return done + [jit_label, "jax.vmap"]
 
 
 def _check_forward_by_transposition(tester, name, problem, y_bar_dense, y, dense) -> list[str]:
@@ -819,25 +849,14 @@ def _check_lowered_jvp(tester, name, problem, y_dot_dense, y, check_jit, check_v
     def jvp(dargs, dtangents):
         return jax.jvp(problem.prim_fn, tuple(dargs), tuple(_jax_tangents(tuple(dtangents), tuple(dargs))))
 
+    def against_rule(label, result):
+        _check_close(tester, name, f"the lowered primitive's {label} differs from the frule", result[1],
+                     y_dot_dense, rtol, atol, "the output")
+
     rtol, atol = _lowered_tol(problem.args, y)
-    done = []
-    variants = [("jax.jvp", jvp)] + ([("jax.jit(jax.jvp)", jax.jit(jvp))] if check_jit else [])
-    results = {}
-    for label, fn in variants:
-        results[label] = _, got = fn(problem.args, problem.tangents)
-        _check_close(tester, name, f"the lowered primitive's {label} differs from the frule", got, y_dot_dense,
-                     rtol, atol, "the output")
-        done.append(label)
-    if check_vmap:
-        tangents_b, t_axes = _batch(problem.tangents, seed + 4)
-        first = results["jax.jvp"]  # batch element 0 is the unbatched problem
-        args_b, axes, second = _second_point(jvp, problem.args, _slice(tangents_b, t_axes, 1), first, seed + 3)
-        batched = jax.vmap(jvp, in_axes=(axes, t_axes))(args_b, tangents_b)
-        for k, looped in ((0, first), (1, second)):
-            _check_close(tester, name, f"jax.vmap: batched differs from looped (batch element {k})",
-                         jax.tree_util.tree_map(lambda b: b[k], batched), looped, rtol, atol)
-        done.append("jax.vmap")
-    return done
+    batch = lambda: _batch(problem.tangents, seed + 4)  # noqa: E731
+    return _check_variants(tester, jvp, problem.args, problem.tangents, batch, "jvp", against_rule,
+                           check_jit, check_vmap, seed, rtol, atol, name)
 
 
 # ----- test_scalar ----------------------------------------------------------------------------

@@ -345,6 +345,15 @@ WRONG = [
          "relative error 0.000999"],
     ),
     (
+        # jit and vmap are checked together in one compiled jit(vmap); a failure there is
+        # diagnosed by running them apart, so the message still names jit
+        "wrong-only-when-traced-with-vmap-on",
+        test_rrule,
+        lambda: (with_rrule("mysin", jnp.sin, _traced_wrong_pullback), (X64,), {}),
+        ["test_rrule(mysin): the lowered primitive's jax.jit(jax.vjp) differs from the pullback",
+         "argument: argument 1", "relative error 0.000999"],
+    ),
+    (
         "vmap-batched-differs-from-looped",
         test_rrule,
         lambda: (
