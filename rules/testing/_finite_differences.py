@@ -675,8 +675,12 @@ def _layout(tree: PyTree) -> _Layout:
 
 
 def _vector(tree: PyTree) -> jax.Array:
+    leaves = jax.tree_util.tree_leaves(tree)
+    if not any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+        # concrete: in NumPy, one transfer (eager jax.numpy compiles a program per operation)
+        return jnp.asarray(_host_vector(leaves), jnp.float64)
     parts = []
-    for leaf in jax.tree_util.tree_leaves(tree):
+    for leaf in leaves:
         kind = _describe("", leaf).kind
         if kind == "complex":
             z = jnp.ravel(jnp.asarray(leaf, dtype=jnp.complex128))
@@ -686,6 +690,18 @@ def _vector(tree: PyTree) -> jax.Array:
     if len(parts) == 1:
         return parts[0]
     return jnp.concatenate(parts) if parts else jnp.zeros((0,), jnp.float64)
+
+
+def _host_vector(leaves: list) -> np.ndarray:
+    parts = []
+    for leaf in leaves:
+        kind = _describe("", leaf).kind
+        if kind == "complex":
+            z = np.ravel(np.asarray(leaf, dtype=np.complex128))
+            parts.append(np.stack([z.real, z.imag], axis=-1).ravel())
+        elif kind == "real":
+            parts.append(np.ravel(np.asarray(leaf, dtype=np.float64)))
+    return np.concatenate(parts) if parts else np.zeros((0,), np.float64)
 
 
 def to_vec(tree: PyTree) -> tuple[jax.Array, Callable[[Any], PyTree]]:

@@ -305,10 +305,12 @@ def _batch(tree: Any, seed: int, scale: float = 0.05, relative: bool = False) ->
     def stack(leaf):
         if not is_differentiable_leaf(leaf):
             return leaf
-        x = jnp.asarray(leaf)
-        r = jnp.asarray(rand_tangent(x, seed=rng))
+        # arrays in NumPy: each eager jax.numpy operation would compile for its shape
+        x = np.asarray(leaf) if isinstance(leaf, (jax.Array, np.ndarray, np.generic)) else jnp.asarray(leaf)
+        r = np.asarray(rand_tangent(x, seed=rng))
         other = x + scale * (r * x if relative else r)
-        return jnp.stack([x, other.astype(jnp.result_type(leaf))])
+        stacked = (np if isinstance(x, np.ndarray) else jnp).stack([x, other.astype(x.dtype)])
+        return stacked
 
     axes = jax.tree_util.tree_map(lambda l: 0 if is_differentiable_leaf(l) else None, tree)
     return jax.tree_util.tree_map(stack, tree), axes
@@ -318,21 +320,13 @@ def _finite_pattern(tree: Any) -> list[np.ndarray]:
     return [np.isfinite(np.asarray(l)) for l in jax.tree_util.tree_leaves(tree) if is_differentiable_leaf(l)]
 
 
-def _second_point(fn: Callable, args: Any, other: Any, first: Any, seed: int) -> tuple[Any, Any, Any]:
-    """The batched `args` for a jax.vmap check, whose second point stays where f is defined:
-    `(args_b, axes, fn(second point))`, `other` being the second point's other inputs."""
-    want = _finite_pattern(first)
-    for scale in _VMAP_STEPS:
-        args_b, axes = _batch(args, seed, scale, relative=True)
-        second = fn(_slice(args_b, axes, 1), other)
-        got = _finite_pattern(second)
-        if len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(got, want)):
-            break
-    return args_b, axes, second
-
-
 def _slice(tree: Any, axes: Any, k: int) -> Any:
-    return jax.tree_util.tree_map(lambda l, a: l if a is None else l[k], tree, axes)
+    """Batch element k (host arrays: indexing a device array eagerly compiles a program)."""
+    return jax.tree_util.tree_map(lambda l, a: l if a is None else _host(l)[k], tree, axes)
+
+
+def _host(x: Any) -> Any:
+    return np.asarray(x) if isinstance(x, jax.Array) else x
 
 
 def _check_close(tester, name, what, got, expected, rtol, atol, argument=None) -> float:
@@ -406,7 +400,8 @@ def test_rrule(
     rule's own cotangent plus a random direction, each one finite difference of a scalar;
     "auto": exact up to 2048 input elements); a thunked seed gives the same cotangents;
     `InplaceableThunk`s agree; and the lowered primitive's `jax.vjp` equals the pullback
-    eagerly, under `jax.jit`, and under `jax.vmap` (batched equals looped). A
+    under `jax.jit` (eagerly with `check_jit=False`) and under `jax.vmap` (batched equals
+    looped). A
     `NotImplementedTangent` (`rules.not_implemented`) is not checked, as ChainRulesTestUtils
     marks it broken rather than failed. float32 rules are differenced in float64 with looser
     default tolerances. `rrule_f(f, *args, **fkwargs)` replaces `rules.rrule`, e.g.
@@ -440,38 +435,52 @@ def test_rrule(
         _fail(tester, name, "no rrule applies",
               got="arguments of types (" + ", ".join(type(x).__name__ for x in primals) + ")",
               fix=f"register one with `@rules.rrule.register({name})` (or `@{name}.rrule`)")
-    y, pullback = _call_rule(tester, name, "rrule", lambda: (rrule_f or rrule)(f, *primals, **fkwargs))
     problem = _Problem(f, primals, tangents, fkwargs, f_dot)
-    y_expected = problem.raw(*primals, **fkwargs)
+
+    def evaluate(*ps):
+        """The rule, its pullback and the checks of their conventions; what needs values
+        comes back (as dense arrays) and is compared below."""
+        y, pullback = _call_rule(tester, name, "rrule", lambda: (rrule_f or rrule)(f, *ps, **fkwargs))
+        y_bar = rand_tangent(y, seed=seed + 1) if output_tangent is None else output_tangent
+        cts = _check_arity(tester, name, pullback(y_bar), len(ps))
+        out = dict(y=y, y_expected=problem.raw(*ps, **fkwargs), y_bar_dense=dense_like(y_bar, y),
+                   dense={}, masks={}, broken=[], inplace=[], again={})
+        for i in range(-1, len(ps)):
+            x, ct = problem.primal(i), cts[1 + i]
+            if i not in problem.index:
+                _check_no_tangent(tester, name, i, ct, "function" if i < 0 else ("marked" if _perturbable(x) else "fixed"))
+                continue
+            parts = jax.tree_util.tree_flatten_with_path(ct, is_leaf=lambda t: isinstance(t, InplaceableThunk))[0]
+            for path, part in parts:
+                if isinstance(part, InplaceableThunk):
+                    out["inplace"].append((i, jax.tree_util.keystr(path), *_inplaceable_sums(tester, name, i, part, path)))
+            value = _evaluated(ct)
+            mask = not_implemented_mask(value, x)
+            if mask and all(mask):
+                out["broken"].append(i)
+                continue
+            value = without_not_implemented(value)
+            _check_dtypes(tester, name, value, x, i)
+            out["dense"][i] = dense_like(value, x, name=name, index=i)
+            if any(mask):
+                out["masks"][i] = mask
+        if check_thunked_output_tangent:
+            again = _check_arity(tester, name, pullback(Thunk(lambda: y_bar)), len(ps))
+            for i in out["dense"]:
+                out["again"][i] = dense_like(without_not_implemented(again[1 + i]), problem.primal(i))
+        return out
+
+    compiled = check_jit and problem.size() <= EXACT_MODE_LIMIT
+    ev = _evaluate(evaluate, primals, compiled)
+    y, y_bar_dense, dense, masks, broken = ev["y"], ev["y_bar_dense"], ev["dense"], ev["masks"], ev["broken"]
     try:
-        test_approx(y, y_expected, rtol=rtol, atol=atol)
+        test_approx(y, ev["y_expected"], rtol=rtol, atol=atol)
     except AssertionError as err:
         _fail(tester, name, f"the rrule's primal output differs from f(*args)\n{err}")
-    y_bar = rand_tangent(y, seed=seed + 1) if output_tangent is None else output_tangent
-    y_bar_dense = dense_like(y_bar, y)
-    cts = _check_arity(tester, name, pullback(y_bar), len(primals))
-    checks = ["primal", "arity"]
-    dense, masks, broken = {}, {}, []
-    for i in range(-1, len(primals)):
-        x, ct = problem.primal(i), cts[1 + i]
-        if i not in problem.index:
-            _check_no_tangent(tester, name, i, ct, "function" if i < 0 else ("marked" if _perturbable(x) else "fixed"))
-            continue
-        parts = jax.tree_util.tree_flatten_with_path(ct, is_leaf=lambda t: isinstance(t, InplaceableThunk))[0]
-        for path, part in parts:
-            if isinstance(part, InplaceableThunk):
-                _check_inplaceable(tester, name, i, part, jax.tree_util.keystr(path))
-        value = _evaluated(ct)
-        mask = not_implemented_mask(value, x)
-        if mask and all(mask):
-            broken.append(i)
-            continue
-        value = without_not_implemented(value)
-        _check_dtypes(tester, name, value, x, i)
-        dense[i] = dense_like(value, x, name=name, index=i)
-        if any(mask):
-            masks[i] = mask
-    checks.append("dtypes")
+    for i, path, added, plain in ev["inplace"]:
+        _check_close(tester, name, "InplaceableThunk: add_fn(acc) differs from acc + val",
+                     added, plain, 1e-10, 1e-12, _arg(i, path))
+    checks = ["primal", "arity", "dtypes"]
     if broken or masks:
         checks.append("not implemented (not checked): " + ", ".join(_arg(i) for i in broken + list(masks)))
     if rtol is None or atol is None:
@@ -489,25 +498,31 @@ def test_rrule(
     checked = problem.without(set(broken) | (set(masks) if use_mode == "fast" else set()))
     if checked.index:
         args64, y_bar64 = _upcast(checked.args), _upcast(y_bar_dense)
-        if use_mode == "exact":
-            expected = _fd_vjp(m, checked.raw_fn, y_bar64, args64, owner=problem.raw)
-            for i, exp in zip(checked.index, expected):
-                got, x = dense[i], problem.primal(i)
-                if i in masks:
-                    got, exp = mask_leaves(got, masks[i], x), mask_leaves(exp, masks[i], x)
-                worst = max(worst, _check_close(tester, name, "cotangent does not match finite differences",
-                                                got, exp, rtol, atol, _arg(i)))
-        else:
-            worst = _fast_check(tester, name, checked, m, args64, y_bar64, dense, rtol, atol)
+        try:
+            if use_mode == "exact":
+                expected = _fd_vjp(m, checked.raw_fn, y_bar64, args64, owner=problem.raw)
+                for i, exp in zip(checked.index, expected):
+                    got, x = dense[i], problem.primal(i)
+                    if i in masks:
+                        got, exp = mask_leaves(got, masks[i], x), mask_leaves(exp, masks[i], x)
+                    worst = max(worst, _check_close(tester, name, "cotangent does not match finite differences",
+                                                    got, exp, rtol, atol, _arg(i)))
+            else:
+                worst = _fast_check(tester, name, checked, m, args64, y_bar64, dense, rtol, atol)
+        except AssertionError:
+            if compiled:  # a rule wrong only when traced is reported as that
+                eager = evaluate(*primals)["dense"]
+                for i in dense:
+                    _check_traced_like_eager(tester, name, "the pullback's cotangent", dense[i], eager[i], problem, y, _arg(i))
+            raise
         checks.append(f"finite differences ({use_mode})")
 
     if check_thunked_output_tangent:
-        again = _check_arity(tester, name, pullback(Thunk(lambda: y_bar)), len(primals))
-        for i in dense:
+        for i, again in ev["again"].items():
             x = problem.primal(i)
-            got = mask_leaves(dense_like(without_not_implemented(again[1 + i]), x), masks.get(i, []), x)
             _check_close(tester, name, "a thunked seed gives a different cotangent",
-                         got, mask_leaves(dense[i], masks.get(i, []), x), 1e-12, 1e-14, _arg(i))
+                         mask_leaves(again, masks.get(i, []), x), mask_leaves(dense[i], masks.get(i, []), x),
+                         1e-12, 1e-14, _arg(i))
         checks.append("thunked seed")
 
     modes = "fwd+rev" if _has(frule, f, primals) else ""
@@ -639,17 +654,63 @@ def _check_no_tangent(tester, name, i, ct, why: str = "fixed") -> None:
           fix=None if why == "fixed" else "return NoTangent() for it, or give it a tangent to check its cotangent")
 
 
-def _check_inplaceable(tester, name, i, part: InplaceableThunk, path: str) -> None:
+def _inplaceable_sums(tester, name, i, part: InplaceableThunk, path: Any) -> tuple[Any, Any]:
+    """`(add_fn(acc), acc + val)` for a random acc, which must agree."""
     try:
         leaf_like = jnp.asarray(unthunk(part.val))
     except Exception:  # noqa: BLE001 - reported below as a failure of the thunk itself
         leaf_like = None
     if leaf_like is None:
-        _fail(tester, name, "the InplaceableThunk's val cannot be evaluated", argument=_arg(i, path))
+        _fail(tester, name, "the InplaceableThunk's val cannot be evaluated", argument=_arg(i, jax.tree_util.keystr(path)))
     acc = jnp.asarray(rand_tangent(leaf_like, seed=7))
-    added, plain = part.add_fn(acc), acc + unthunk(part.val)
-    _check_close(tester, name, "InplaceableThunk: add_fn(acc) differs from acc + val",
-                 added, plain, 1e-10, 1e-12, _arg(i, path))
+    return part.add_fn(acc), acc + unthunk(part.val)
+
+
+def _check_traced_like_eager(tester, name, what, traced, eager, problem, y, argument) -> None:
+    """After a failed check of a rule evaluated under `jax.jit`: fail saying so if the rule
+    gives other values eagerly (a code path taken only when traced)."""
+    rtol, atol = _lowered_tol(problem.args, y)
+    _check_close(tester, name, f"{what} differs under jax.jit from its eager value (the rule takes another "
+                 "path when traced; only one of the two can match finite differences)",
+                 traced, eager, rtol, atol, argument)
+
+
+def _evaluate(body: Callable, args: tuple, compiled: bool) -> Any:
+    """`body(*args)`, as one compiled `jax.jit` program where possible.
+
+    Eagerly, every operation of a rule is compiled on its own (per shape, dtype and
+    context): a linear-algebra rule and its pullback cost a hundred small compilations; one
+    program costs one. The array leaves of `args` are traced, everything else (Python
+    numbers, strings, modules) is fixed; the result's arrays come back concrete and its other
+    leaves as `body` made them. The checks of conventions inside `body` run on tracers, as
+    they look at types, shapes and dtypes only. Where the rule cannot be traced (Python
+    control flow on values, NumPy on its inputs), `body` runs eagerly instead, as it always
+    does with `compiled=False`; the checks under `jax.jit` then report why.
+    """
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    where = [k for k, leaf in enumerate(leaves) if isinstance(leaf, (jax.Array, np.ndarray, np.generic))]
+    if not compiled or not where:
+        return body(*args)
+    kept: dict[str, Any] = {}
+
+    def traced(*dynamic):
+        full = list(leaves)
+        for k, d in zip(where, dynamic):
+            full[k] = d
+        out_leaves, kept["tree"] = jax.tree_util.tree_flatten(body(*jax.tree_util.tree_unflatten(tree, full)))
+        kept["is_traced"] = [isinstance(leaf, jax.core.Tracer) for leaf in out_leaves]
+        kept["leaves"] = [None if t else leaf for leaf, t in zip(out_leaves, kept["is_traced"])]
+        return [leaf for leaf, t in zip(out_leaves, kept["is_traced"]) if t]
+
+    try:
+        values = iter(jax.jit(traced)(*(leaves[k] for k in where)))
+    except AssertionError:
+        raise  # a check failed
+    except Exception:  # noqa: BLE001 - not traceable, or the rule raised: eagerly, as before
+        return body(*args)
+    return jax.tree_util.tree_unflatten(
+        kept["tree"], [next(values) if t else leaf for leaf, t in zip(kept["leaves"], kept["is_traced"])]
+    )
 
 
 def _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, check_vmap, seed) -> list[str]:
@@ -671,44 +732,43 @@ def _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, 
 
 def _check_variants(tester, fn, args, other, batch_other, what, against_rule, check_jit, check_vmap,
                     seed, rtol, atol, name) -> list[str]:
-    """The lowered primitive `fn(args, other)` eagerly, under `jax.jit` and under `jax.vmap`.
+    """The lowered primitive `fn(args, other)` under `jax.jit` (eagerly with `check_jit=False`),
+    then under `jax.vmap`.
 
-    Eager, it must equal the rule (`against_rule(label, result)` fails otherwise). With both
-    jit and vmap on, one compiled `jax.jit(jax.vmap(fn))` of two points must equal `fn` looped
-    over them eagerly: one compilation instead of one for jit plus one per operation of the
-    rule for eager vmap. Only when it disagrees are jit and vmap run apart, to say which of
-    the two is wrong.
+    It must equal the rule (`against_rule(label, result)` fails otherwise). With vmap, a batch
+    of two points must equal `fn` looped over them. With jit on, one compiled program
+    evaluates `fn` at both points and the vmapped `fn` at the batch: one compilation, where
+    eager evaluation would compile each operation of the rule again in every context JAX
+    evaluates it in. The second point is the first moved slightly; if f is not finite there
+    where it is at the first (arccos near 1), a shorter move is tried, by the same program.
     """
-    first = fn(args, other)
-    against_rule(f"jax.{what}", first)
-    done = [f"jax.{what}"]
-    jit_label = f"jax.jit(jax.{what})"
+    label = f"jax.jit(jax.{what})" if check_jit else f"jax.{what}"
     if not check_vmap:
-        if check_jit:
-            against_rule(jit_label, jax.jit(fn)(args, other))
-            done.append(jit_label)
-        return done
+        first = (jax.jit(fn) if check_jit else fn)(args, other)
+        against_rule(label, first)
+        return [label]
     other_b, other_axes = batch_other()
-    # batch element 0 is the unbatched problem; the second point stays where f is defined
-    args_b, axes, second = _second_point(fn, args, _slice(other_b, other_axes, 1), first, seed + 3)
+    other_1 = _slice(other_b, other_axes, 1)
+    batches = [_batch(args, seed + 3, scale, relative=True) for scale in _VMAP_STEPS]
+    axes = batches[0][1]  # the same for every scale
 
-    def compare(label, batched):
-        for k, looped in ((0, first), (1, second)):
-            _check_close(tester, name, f"{label}: batched differs from looped (batch element {k})",
-                         jax.tree_util.tree_map(lambda b: b[k], batched), looped, rtol, atol)
+    def program(a0, o0, a1, o1, ab, ob):
+        return fn(a0, o0), fn(a1, o1), jax.vmap(fn, in_axes=(axes, other_axes))(ab, ob)
 
-    vmapped = jax.vmap(fn, in_axes=(axes, other_axes))
-    if not check_jit:
-        compare("jax.vmap", vmapped(args_b, other_b))
-        return done + ["jax.vmap"]
-    try:
-        compare(f"jax.jit(jax.vmap(jax.{what}))", jax.jit(vmapped)(args_b, other_b))
-    except AssertionError:
-        # which transformation is wrong: jit alone, then vmap alone (each raises if it is)
-        against_rule(jit_label, jax.jit(fn)(args, other))
-        compare("jax.vmap", vmapped(args_b, other_b))
-        raise
-    return done + [jit_label, "jax.vmap"]
+    run = jax.jit(program) if check_jit else program
+    want = None
+    for args_b, _ in batches:
+        first, second, batched = run(args, other, _slice(args_b, axes, 1), other_1, args_b, other_b)
+        if want is None:
+            against_rule(label, first)
+            want = _finite_pattern(first)
+        got = _finite_pattern(second)  # the second point must stay where f is defined
+        if len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(got, want)):
+            break
+    for k, looped in ((0, first), (1, second)):
+        _check_close(tester, name, f"jax.vmap: batched differs from looped (batch element {k})",
+                     jax.tree_util.tree_map(lambda b: _host(b)[k], batched), looped, rtol, atol)
+    return [label, "jax.vmap"]
 
 
 def _check_forward_by_transposition(tester, name, problem, y_bar_dense, y, dense) -> list[str]:
@@ -785,24 +845,38 @@ def test_frule(
               fix=f"register one with `@rules.frule.register({name})` (or `@{name}.frule`)")
     problem = _Problem(f, primals, tangents, fkwargs, f_dot)
     given = (f_dot if problem.f_perturbed else NoTangent(), *tangents)
-    y, y_dot = _call_rule(tester, name, "frule", lambda: (frule_f or frule)(given, f, *primals, **fkwargs))
+    transposable = _has(rrule, f, primals)
+
+    def evaluate(*ps):
+        """The rule and the checks of its conventions (see test_rrule's `evaluate`)."""
+        y, y_dot = _call_rule(tester, name, "frule", lambda: (frule_f or frule)(given, f, *ps, **fkwargs))
+        parts = jax.tree_util.tree_flatten_with_path(y_dot, is_leaf=lambda t: isinstance(t, InplaceableThunk))[0]
+        inplace = [("output", jax.tree_util.keystr(path), *_inplaceable_sums(tester, name, "output", part, path))
+                   for path, part in parts if isinstance(part, InplaceableThunk)]
+        value = _evaluated(y_dot)
+        mask = not_implemented_mask(value, y)  # output leaves the rule does not implement
+        value = without_not_implemented(value)
+        _check_dtypes(tester, name, value, y, "output")
+        out = dict(y=y, y_expected=problem.raw(*ps, **fkwargs), inplace=inplace, mask=mask,
+                   y_dot_dense=dense_like(value, y, name=name), transposed=None)
+        if transposable and problem.index and not any(mask):
+            out["transposed"] = _transposition_cotangents(tester, name, problem, ps, y, seed)
+        return out
+
+    compiled = check_jit and problem.size() <= EXACT_MODE_LIMIT
+    ev = _evaluate(evaluate, primals, compiled)
+    y, mask, y_dot_dense = ev["y"], ev["mask"], ev["y_dot_dense"]
     try:
-        test_approx(y, problem.raw(*primals, **fkwargs), rtol=rtol, atol=atol)
+        test_approx(y, ev["y_expected"], rtol=rtol, atol=atol)
     except AssertionError as err:
         _fail(tester, name, f"the frule's primal output differs from f(*args)\n{err}")
     checks, worst = ["primal"], 0.0
-    parts = jax.tree_util.tree_flatten_with_path(y_dot, is_leaf=lambda t: isinstance(t, InplaceableThunk))[0]
-    inplaceable = [(path, part) for path, part in parts if isinstance(part, InplaceableThunk)]
-    for path, part in inplaceable:
-        _check_inplaceable(tester, name, "output", part, jax.tree_util.keystr(path))
-    if inplaceable:
+    for i, path, added, plain in ev["inplace"]:
+        _check_close(tester, name, "InplaceableThunk: add_fn(acc) differs from acc + val",
+                     added, plain, 1e-10, 1e-12, _arg(i, path))
+    if ev["inplace"]:
         checks.append("InplaceableThunk add")
-    value = _evaluated(y_dot)
-    mask = not_implemented_mask(value, y)  # output leaves the rule does not implement
-    value = without_not_implemented(value)
-    _check_dtypes(tester, name, value, y, "output")
     checks.append("dtypes")
-    y_dot_dense = dense_like(value, y, name=name)
     if any(mask):
         checks.append("not implemented (not checked): the output" + ("" if all(mask) else " in part"))
     if rtol is None or atol is None:
@@ -810,32 +884,50 @@ def test_frule(
         rtol, atol = (d_rtol if rtol is None else rtol), (d_atol if atol is None else atol)
     if problem.index and not (mask and all(mask)):
         expected = fd_jvp(fdm or central_fdm(5, 1), problem.raw_fn, _upcast(problem.args), _upcast(problem.tangents))
-        worst = _check_close(tester, name, "tangent does not match finite differences",
-                             mask_leaves(y_dot_dense, mask, y), mask_leaves(expected, mask, y),
-                             rtol, atol, "the output")
+        try:
+            worst = _check_close(tester, name, "tangent does not match finite differences",
+                                 mask_leaves(y_dot_dense, mask, y), mask_leaves(expected, mask, y),
+                                 rtol, atol, "the output")
+        except AssertionError:
+            if compiled:  # a rule wrong only when traced is reported as that
+                eager = evaluate(*primals)["y_dot_dense"]
+                _check_traced_like_eager(tester, name, "the frule's tangent", y_dot_dense, eager, problem, y, "the output")
+            raise
         checks.append("finite differences")
         if _unlowered(f, problem):
             checks.append(_unlowered(f, problem))
         elif not any(mask) and lowered_rules(f, primals)[0] is None:  # lowered through custom_jvp: jax.jvp works
             checks += _lowered(tester, name, _check_lowered_jvp, problem, y_dot_dense, y, check_jit, check_vmap, seed)
-        if not any(mask) and _has(rrule, f, primals):
-            checks += _check_transposition(tester, name, problem, y, y_dot_dense, seed, rtol, atol)
+        if ev["transposed"] is not None:
+            checks += _check_transposition(tester, name, problem, ev["transposed"], y_dot_dense, rtol, atol)
     modes = "fwd+rev"  # an frule serves forward mode; JAX transposes it or uses an rrule in reverse
     return RuleReport(name, "frule", "exact", worst, tuple(checks), time.perf_counter() - start, modes)
 
 
-def _check_transposition(tester, name, problem, y, y_dot_dense, seed, rtol, atol) -> list[str]:
-    """`<y_bar, frule(x_dot)> == <rrule(y_bar), x_dot>`, ChainRules' convention for the two rules."""
+def _transposition_cotangents(tester, name, problem, ps, y, seed) -> Any:
+    """`(y_bar, rrule(y_bar))` densely for the transposition check, or `()` where the rrule
+    does not implement a cotangent (nothing to compare)."""
     y_bar = rand_tangent(y, seed=seed + 1)
-    _, pullback = _call_rule(tester, name, "rrule", lambda: rrule(problem.f, *problem.primals, **problem.fkwargs))
-    cts = _check_arity(tester, name, pullback(y_bar), len(problem.primals))
-    lhs, s1 = _real_inner(dense_like(y_bar, y), y_dot_dense)
-    rhs, s2 = 0.0, 0.0
-    for k, i in enumerate(problem.index):
+    _, pullback = _call_rule(tester, name, "rrule", lambda: rrule(problem.f, *ps, **problem.fkwargs))
+    cts = _check_arity(tester, name, pullback(y_bar), len(ps))
+    x_bars = []
+    for i in problem.index:
         value = _evaluated(cts[1 + i])
         if any(not_implemented_mask(value, problem.primal(i))):
-            return []  # the rrule does not implement this cotangent: nothing to compare
-        r, s = _real_inner(dense_like(value, problem.primal(i)), problem.tangents[k])
+            return ()
+        x_bars.append(dense_like(value, problem.primal(i)))
+    return dense_like(y_bar, y), tuple(x_bars)
+
+
+def _check_transposition(tester, name, problem, transposed, y_dot_dense, rtol, atol) -> list[str]:
+    """`<y_bar, frule(x_dot)> == <rrule(y_bar), x_dot>`, ChainRules' convention for the two rules."""
+    if not transposed:
+        return []
+    y_bar_dense, x_bars = transposed
+    lhs, s1 = _real_inner(y_bar_dense, y_dot_dense)
+    rhs, s2 = 0.0, 0.0
+    for x_bar, x_dot in zip(x_bars, problem.tangents):
+        r, s = _real_inner(x_bar, x_dot)
         rhs, s2 = rhs + r, s2 + s
     if abs(lhs - rhs) > atol + rtol * max(s1, s2):
         _fail(tester, name, "the frule and the rrule are not transposes of each other",

@@ -45,7 +45,7 @@ import pytest
 
 from rules import InplaceableThunk, NoTangent, Tangent, Thunk, ZeroTangent, not_implemented
 from rules.testing import rand_tangent, test_approx
-from rules.testing._testers import _check_inplaceable
+from rules.testing._testers import _check_close, _inplaceable_sums
 
 RNG = np.random.default_rng(123456)
 
@@ -79,11 +79,15 @@ def test_inplaceable_add_behaviour():
     """check_result.jl "_test_add!!_behaviour": `add!!(acc, x) ≈ acc + x` for an
     `InplaceableThunk` whose add function adds into the accumulator (correct: 2.0 into entry
     0; wrong: 3.0)."""
-    good = InplaceableThunk(lambda acc: acc.at[0].add(2.0), Thunk(lambda: jnp.array([2.0, 0.0])))
-    _check_inplaceable("test_frule", "check", "output", good, "")
+    def check(part):
+        added, plain = _inplaceable_sums("test_frule", "check", "output", part, ())
+        _check_close("test_frule", "check", "InplaceableThunk: add_fn(acc) differs from acc + val",
+                     added, plain, 1e-10, 1e-12)
+
+    check(InplaceableThunk(lambda acc: acc.at[0].add(2.0), Thunk(lambda: jnp.array([2.0, 0.0]))))
     bad = InplaceableThunk(lambda acc: acc.at[0].add(3.0), Thunk(lambda: jnp.array([2.0, 0.0])))
     with pytest.raises(AssertionError, match=r"add_fn\(acc\) differs from acc \+ val"):
-        _check_inplaceable("test_frule", "check", "output", bad, "")
+        check(bad)
 
 
 # ------------------------------------------------------------------------------------------
