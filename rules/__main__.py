@@ -1,7 +1,8 @@
-"""`python -m rules check [MODULE ...] [--json PATH] [--junit-xml PATH]`: verify rules with examples."""
+"""`python -m rules check [MODULE ...] [--jobs N] [--json PATH] [--junit-xml PATH]`: verify rules with examples."""
 
 import sys
 
 from ._check import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not when a worker process of `check --jobs` imports this module
+    sys.exit(main())

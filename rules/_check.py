@@ -34,7 +34,7 @@ from ._registry import examples_of, frule, function_name, functions_with_example
 __all__ = [
     "CheckRow", "Column", "COLUMNS", "format_table",
     "CheckImportError", "library_modules", "default_modules", "import_modules", "cases",
-    "iter_check", "check_all", "write_json", "write_junit_xml", "main",
+    "iter_check", "iter_check_parallel", "default_jobs", "check_all", "write_json", "write_junit_xml", "main",
 ]
 
 # ------------------------------------------------------------------------------------------
@@ -317,6 +317,62 @@ def iter_check(todo: list[tuple[Any, tuple]], progress: TextIO | None = None) ->
         yield row
 
 
+# ----- in worker processes -------------------------------------------------------------------
+# JAX compiles each check's programs on one core; `--jobs N` spreads the examples over N
+# processes. Functions and examples are not picklable (lambdas, closures), so each worker
+# imports the same modules, lists the same cases in the same order, and is sent indices.
+_WORKER_CASES: list[tuple[Any, tuple]] = []
+
+
+def _worker_start(given: list[str], explicit: bool, expected: list[tuple[str, str]]) -> None:
+    jax.config.update("jax_enable_x64", True)
+    imported = import_modules(given)
+    _WORKER_CASES[:] = cases(imported if explicit else None)
+    listed = [(function_name(f), _describe(example)) for f, example in _WORKER_CASES]
+    if listed != expected:  # a module that registers examples differently on each import
+        raise RuntimeError("python -m rules check --jobs: a worker process listed other examples "
+                           "than the main process; run with --jobs 1")
+
+
+def _worker_check(n: int) -> CheckRow:
+    return _check_one(*_WORKER_CASES[n])
+
+
+def default_jobs(n_cases: int) -> int:
+    """Worker processes for `n_cases` examples: one per core, but one process (no workers)
+    below 32 examples, where starting JAX in a new process costs more than it saves."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return 1 if n_cases < 32 else max(1, min(cores, n_cases // 16))
+
+
+def iter_check_parallel(
+    todo: list[tuple[Any, tuple]], given: list[str], explicit: bool, jobs: int, progress: TextIO | None = None
+) -> Iterator[CheckRow]:
+    """`iter_check` over `jobs` worker processes, which import the modules `given` (as
+    `import_modules` names them; `explicit`: only their cases, else every case registered).
+    Rows come in `todo`'s order, each as soon as it and those before it are done."""
+    import concurrent.futures as futures
+    import multiprocessing
+
+    expected = [(function_name(f), _describe(example)) for f, example in todo]
+    live = progress is not None and progress.isatty()
+    context = multiprocessing.get_context("spawn")  # JAX's threads do not survive fork
+    with futures.ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_start,
+                                     initargs=(list(given), explicit, expected)) as pool:
+        pending = [pool.submit(_worker_check, n) for n in range(len(todo))]
+        for n, future in enumerate(pending, 1):
+            if progress is not None:
+                f, example = todo[n - 1]
+                line = f"[{n}/{len(todo)}] {function_name(f)} {_describe(example)} ..."
+                progress.write(f"\r\033[K{line}" if live else f"{line}\n")
+                progress.flush()
+            row = future.result()
+            if live:
+                progress.write("\r\033[K")
+                progress.flush()
+            yield row
+
+
 def check_all(modules: Iterable[str] | None = None, progress: TextIO | None = None) -> list[CheckRow]:
     """Run the testers on every example of every function that has examples.
 
@@ -398,6 +454,11 @@ def _parser() -> argparse.ArgumentParser:
         "module path (mypkg.rules, with its submodules) or a file (path/to/myrules.py); "
         "default: every module in rules.library",
     )
+    check.add_argument(
+        "-j", "--jobs", type=int, default=0, metavar="N",
+        help="worker processes checking examples in parallel; default 0: one per core from 32 "
+        "examples on, else 1 (no workers)",
+    )
     check.add_argument("--json", metavar="PATH", help="also write the rows and a summary as JSON")
     check.add_argument("--junit-xml", metavar="PATH", help="also write a JUnit XML report (for CI test views)")
     return parser
@@ -409,7 +470,7 @@ def _error(message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m rules check [MODULE ...] [--json PATH] [--junit-xml PATH]`; returns the exit status."""
+    """`python -m rules check [MODULE ...] [--jobs N] [--json PATH] [--junit-xml PATH]`; returns the exit status."""
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exit:  # --help (0) or a usage error (2), printed by argparse
@@ -440,8 +501,16 @@ def main(argv: list[str] | None = None) -> int:
     shown = [f"{name} ({given})" if _is_path(given) else name for given, name in zip(args.modules, imported)]
     print(f"python -m rules check: {len(imported)} module(s): {', '.join(shown or imported)}\n", flush=True)
     print(table_header(), flush=True)
+    if args.jobs < 0:
+        return _error(f"python -m rules check: --jobs must be 0 (one per core) or more, got {args.jobs}")
+    jobs = args.jobs or default_jobs(len(todo))
+    if jobs > 1:
+        given = args.modules or default_modules()
+        checked = iter_check_parallel(todo, given, bool(args.modules), jobs, progress=sys.stderr)
+    else:
+        checked = iter_check(todo, progress=sys.stderr)
     rows = []
-    for row in iter_check(todo, progress=sys.stderr):
+    for row in checked:
         rows.append(row)
         print(format_row(row), flush=True)
     seconds = time.perf_counter() - start
