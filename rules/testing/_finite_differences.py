@@ -31,6 +31,8 @@ import jax.extend
 import jax.numpy as jnp
 import numpy as np
 
+from ._compiled import jit
+
 __all__ = [
     # methods
     "FDMethod",
@@ -763,10 +765,10 @@ class _Program:
 
     def __init__(self, jaxpr: Any):
         self.jaxpr = jaxpr
-        self.along = jax.jit(self._along)
-        self.reduce = jax.jit(self._reduce)
-        self.point = jax.jit(self._point)
-        self.basis = jax.jit(self._basis)
+        self.along = jit(self._along)
+        self.reduce = jit(self._reduce)
+        self.point = jit(self._point)
+        self.basis = jit(self._basis)
 
     def fun(self, consts: list, v: jax.Array) -> jax.Array:
         return jax.extend.core.jaxpr_as_fun(jax.extend.core.ClosedJaxpr(self.jaxpr, consts))(v)[0]

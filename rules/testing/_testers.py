@@ -15,7 +15,8 @@ import dataclasses
 import functools
 import math
 import time
-from typing import Any, Callable
+import weakref
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +30,7 @@ from .._registry import frule, function_name, rrule
 from .._lowering import _tangent_leaves, conj_tree, lowered_rules
 from .._thunks import AbstractThunk, InplaceableThunk, Thunk, unthunk
 from .._zeros import AbstractZero, NoTangent, ZeroTangent
+from ._compiled import compiled as compiled_program
 from ._compare import (
     WithTangent,
     _perturbable,
@@ -45,7 +47,13 @@ from ._finite_differences import FDMethod, _fd_inner_jvps, _fd_vjp, _x64, centra
 
 __all__ = ["RuleReport", "test_rrule", "test_frule", "test_scalar"]
 
-EXACT_MODE_LIMIT = 2048  # input elements up to which "auto" computes the full J^T y_bar
+# Input elements up to which "auto" computes the full J^T y_bar (per-coordinate differences
+# cost n evaluations of f: above ~100 elements more than 3x jax.test_util.check_grads, while
+# fast mode stays below 2.5x and still detects 1e-7 relative errors).
+EXACT_MODE_LIMIT = 100
+# Input elements up to which the rule is evaluated as one compiled program: its random seed
+# y_bar is made while tracing, a constant of the program (larger ones run eagerly).
+COMPILED_LIMIT = 2048
 
 
 @dataclasses.dataclass(frozen=True)
@@ -368,6 +376,56 @@ def _check_dtypes(tester, name, t, primal, index) -> None:
             )
 
 
+class _RruleSpec(NamedTuple):
+    """What `_rrule_body` reads besides its arguments (the key of its compiled program)."""
+
+    name: str
+    f: Any
+    rrule_f: Any
+    seed: int
+    index: tuple
+    check_thunked: bool
+
+
+def _slot(f: Any, ps: tuple, i: int) -> Any:
+    return f if i < 0 else ps[i]
+
+
+def _rrule_body(spec: _RruleSpec, ps: tuple, fkwargs: dict, output_tangent: Any) -> dict:
+    """The rrule, its pullback and the checks of their conventions (types, arity, shapes and
+    dtypes); what needs values comes back, as dense arrays, to be compared by `test_rrule`."""
+    tester, name, f = "test_rrule", spec.name, spec.f
+    y, pullback = _call_rule(tester, name, "rrule", lambda: (spec.rrule_f or rrule)(f, *ps, **fkwargs))
+    y_bar = rand_tangent(y, seed=spec.seed + 1) if output_tangent is None else output_tangent
+    cts = _check_arity(tester, name, pullback(y_bar), len(ps))
+    out = dict(y=y, y_expected=unwrap(f)(*ps, **fkwargs), y_bar_dense=dense_like(y_bar, y),
+               dense={}, masks={}, broken=[], inplace=[], again={})
+    for i in range(-1, len(ps)):
+        x, ct = _slot(f, ps, i), cts[1 + i]
+        if i not in spec.index:
+            _check_no_tangent(tester, name, i, ct, "function" if i < 0 else ("marked" if _perturbable(x) else "fixed"))
+            continue
+        parts = jax.tree_util.tree_flatten_with_path(ct, is_leaf=lambda t: isinstance(t, InplaceableThunk))[0]
+        for path, part in parts:
+            if isinstance(part, InplaceableThunk):
+                out["inplace"].append((i, jax.tree_util.keystr(path), *_inplaceable_sums(tester, name, i, part, path)))
+        value = _evaluated(ct)
+        mask = not_implemented_mask(value, x)
+        if mask and all(mask):
+            out["broken"].append(i)
+            continue
+        value = without_not_implemented(value)
+        _check_dtypes(tester, name, value, x, i)
+        out["dense"][i] = dense_like(value, x, name=name, index=i)
+        if any(mask):
+            out["masks"][i] = mask
+    if spec.check_thunked:
+        again = _check_arity(tester, name, pullback(Thunk(lambda: y_bar)), len(ps))
+        for i in out["dense"]:
+            out["again"][i] = dense_like(without_not_implemented(again[1 + i]), _slot(f, ps, i))
+    return out
+
+
 # ----- test_rrule -----------------------------------------------------------------------------
 @_full_precision
 def test_rrule(
@@ -398,7 +456,7 @@ def test_rrule(
     and matches finite differences (mode "exact": the full `J^T y_bar`; "fast":
     `<y_bar, J x_dot>` against `<x_bar, x_dot>` along one direction per argument, the
     rule's own cotangent plus a random direction, each one finite difference of a scalar;
-    "auto": exact up to 2048 input elements); a thunked seed gives the same cotangents;
+    "auto": exact up to 100 input elements); a thunked seed gives the same cotangents;
     `InplaceableThunk`s agree; and the lowered primitive's `jax.vjp` equals the pullback
     under `jax.jit` (eagerly with `check_jit=False`) and under `jax.vmap` (batched equals
     looped). A
@@ -436,42 +494,10 @@ def test_rrule(
               got="arguments of types (" + ", ".join(type(x).__name__ for x in primals) + ")",
               fix=f"register one with `@rules.rrule.register({name})` (or `@{name}.rrule`)")
     problem = _Problem(f, primals, tangents, fkwargs, f_dot)
-
-    def evaluate(*ps):
-        """The rule, its pullback and the checks of their conventions; what needs values
-        comes back (as dense arrays) and is compared below."""
-        y, pullback = _call_rule(tester, name, "rrule", lambda: (rrule_f or rrule)(f, *ps, **fkwargs))
-        y_bar = rand_tangent(y, seed=seed + 1) if output_tangent is None else output_tangent
-        cts = _check_arity(tester, name, pullback(y_bar), len(ps))
-        out = dict(y=y, y_expected=problem.raw(*ps, **fkwargs), y_bar_dense=dense_like(y_bar, y),
-                   dense={}, masks={}, broken=[], inplace=[], again={})
-        for i in range(-1, len(ps)):
-            x, ct = problem.primal(i), cts[1 + i]
-            if i not in problem.index:
-                _check_no_tangent(tester, name, i, ct, "function" if i < 0 else ("marked" if _perturbable(x) else "fixed"))
-                continue
-            parts = jax.tree_util.tree_flatten_with_path(ct, is_leaf=lambda t: isinstance(t, InplaceableThunk))[0]
-            for path, part in parts:
-                if isinstance(part, InplaceableThunk):
-                    out["inplace"].append((i, jax.tree_util.keystr(path), *_inplaceable_sums(tester, name, i, part, path)))
-            value = _evaluated(ct)
-            mask = not_implemented_mask(value, x)
-            if mask and all(mask):
-                out["broken"].append(i)
-                continue
-            value = without_not_implemented(value)
-            _check_dtypes(tester, name, value, x, i)
-            out["dense"][i] = dense_like(value, x, name=name, index=i)
-            if any(mask):
-                out["masks"][i] = mask
-        if check_thunked_output_tangent:
-            again = _check_arity(tester, name, pullback(Thunk(lambda: y_bar)), len(ps))
-            for i in out["dense"]:
-                out["again"][i] = dense_like(without_not_implemented(again[1 + i]), problem.primal(i))
-        return out
-
-    compiled = check_jit and problem.size() <= EXACT_MODE_LIMIT
-    ev = _evaluate(evaluate, primals, compiled)
+    spec = _RruleSpec(name, f, rrule_f, seed, tuple(problem.index), check_thunked_output_tangent)
+    evaluate = functools.partial(_rrule_body, spec)
+    compiled = check_jit and problem.size() <= COMPILED_LIMIT
+    ev = _evaluate(("rrule", spec), evaluate, (primals, fkwargs, output_tangent), compiled)
     y, y_bar_dense, dense, masks, broken = ev["y"], ev["y_bar_dense"], ev["dense"], ev["masks"], ev["broken"]
     try:
         test_approx(y, ev["y_expected"], rtol=rtol, atol=atol)
@@ -511,7 +537,7 @@ def test_rrule(
                 worst = _fast_check(tester, name, checked, m, args64, y_bar64, dense, rtol, atol)
         except AssertionError:
             if compiled:  # a rule wrong only when traced is reported as that
-                eager = evaluate(*primals)["dense"]
+                eager = evaluate(primals, fkwargs, output_tangent)["dense"]
                 for i in dense:
                     _check_traced_like_eager(tester, name, "the pullback's cotangent", dense[i], eager[i], problem, y, _arg(i))
             raise
@@ -675,49 +701,33 @@ def _check_traced_like_eager(tester, name, what, traced, eager, problem, y, argu
                  traced, eager, rtol, atol, argument)
 
 
-def _evaluate(body: Callable, args: tuple, compiled: bool) -> Any:
-    """`body(*args)`, as one compiled `jax.jit` program where possible.
+def _evaluate(key: Any, body: Callable, args: tuple, compiled: bool) -> Any:
+    """`body(*args)`, as one compiled program kept under `key` (see `_compiled`), or eagerly.
 
-    Eagerly, every operation of a rule is compiled on its own (per shape, dtype and
-    context): a linear-algebra rule and its pullback cost a hundred small compilations; one
-    program costs one. The array leaves of `args` are traced, everything else (Python
-    numbers, strings, modules) is fixed; the result's arrays come back concrete and its other
-    leaves as `body` made them. The checks of conventions inside `body` run on tracers, as
-    they look at types, shapes and dtypes only. Where the rule cannot be traced (Python
-    control flow on values, NumPy on its inputs), `body` runs eagerly instead, as it always
-    does with `compiled=False`; the checks under `jax.jit` then report why.
+    The checks of conventions inside `body` run on tracers, as they look at types, shapes
+    and dtypes only. Where the rule cannot be traced (Python control flow on values, NumPy on
+    its inputs), `body` runs eagerly instead, as it always does with `compiled=False`; the
+    checks of the lowered primitive under `jax.jit` then report why.
     """
-    leaves, tree = jax.tree_util.tree_flatten(args)
-    where = [k for k, leaf in enumerate(leaves) if isinstance(leaf, (jax.Array, np.ndarray, np.generic))]
-    if not compiled or not where:
+    if not compiled:
         return body(*args)
-    kept: dict[str, Any] = {}
-
-    def traced(*dynamic):
-        full = list(leaves)
-        for k, d in zip(where, dynamic):
-            full[k] = d
-        out_leaves, kept["tree"] = jax.tree_util.tree_flatten(body(*jax.tree_util.tree_unflatten(tree, full)))
-        kept["is_traced"] = [isinstance(leaf, jax.core.Tracer) for leaf in out_leaves]
-        kept["leaves"] = [None if t else leaf for leaf, t in zip(out_leaves, kept["is_traced"])]
-        return [leaf for leaf, t in zip(out_leaves, kept["is_traced"]) if t]
-
     try:
-        values = iter(jax.jit(traced)(*(leaves[k] for k in where)))
+        return compiled_program(_hashable_or_none(key), body)(*args)
     except AssertionError:
         raise  # a check failed
     except Exception:  # noqa: BLE001 - not traceable, or the rule raised: eagerly, as before
         return body(*args)
-    return jax.tree_util.tree_unflatten(
-        kept["tree"], [next(values) if t else leaf for leaf, t in zip(kept["leaves"], kept["is_traced"])]
-    )
+
+
+def _hashable_or_none(key: Any) -> Any:
+    try:
+        hash(key)
+    except TypeError:  # an unhashable function (a callable struct with arrays): nothing kept
+        return None
+    return key
 
 
 def _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, check_vmap, seed) -> list[str]:
-    def vjp_cr(dargs, y_bar):
-        out, back = jax.vjp(problem.prim_fn, *dargs)
-        return out, conj_tree(back(_jax_seed(y_bar, out)))
-
     def against_rule(label, result):
         for i, g, w in zip(problem.index, result[1], want):
             _check_close(tester, name, f"the lowered primitive's {label} differs from the pullback",
@@ -726,39 +736,94 @@ def _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, 
     rtol, atol = _lowered_tol(problem.args, y)
     want = tuple(dense[i] for i in problem.index)
     batch = lambda: _batch(y_bar_dense, seed + 4)  # noqa: E731
-    return _check_variants(tester, vjp_cr, problem.args, y_bar_dense, batch, "vjp", against_rule,
+    return _check_variants(tester, problem, "vjp", y_bar_dense, batch, against_rule,
                            check_jit, check_vmap, seed, rtol, atol, name)
 
 
-def _check_variants(tester, fn, args, other, batch_other, what, against_rule, check_jit, check_vmap,
+def _call_merged(prim: Any, index: tuple, full: tuple, fkwargs: dict, *dargs: Any) -> Any:
+    """`prim(*full, **fkwargs)` with the arguments at `index` replaced by `dargs`."""
+    merged = list(full)
+    for i, d in zip(index, dargs):
+        merged[i] = d
+    return prim(*merged, **fkwargs)
+
+
+def _lowered_vjp(prim, index, full, fkwargs, dargs, y_bar):
+    """`jax.vjp` of the primitive, in ChainRules' convention (conjugated)."""
+    out, back = jax.vjp(functools.partial(_call_merged, prim, index, full, fkwargs), *dargs)
+    return out, conj_tree(back(_jax_seed(y_bar, out)))
+
+
+def _lowered_jvp(prim, index, full, fkwargs, dargs, dtangents):
+    call = functools.partial(_call_merged, prim, index, full, fkwargs)
+    return jax.jvp(call, tuple(dargs), tuple(_jax_tangents(tuple(dtangents), tuple(dargs))))
+
+
+_LOWERED = {"vjp": _lowered_vjp, "jvp": _lowered_jvp}
+
+
+class _VariantsSpec(NamedTuple):
+    what: str  # "vjp" or "jvp"
+    prim: Any
+    index: tuple
+    vmap: bool
+
+
+def _batch_axes(tree: Any) -> Any:
+    return jax.tree_util.tree_map(lambda leaf: 0 if is_differentiable_leaf(leaf) else None, tree)
+
+
+def _variants_body(spec: _VariantsSpec, full, fkwargs, a0, o0, a1=None, o1=None, ab=None, ob=None):
+    """The lowered primitive at (a0, o0); with vmap, also at (a1, o1) and batched at (ab, ob)."""
+    fn = functools.partial(_LOWERED[spec.what], spec.prim, spec.index, full, fkwargs)
+    if not spec.vmap:
+        return fn(a0, o0)
+    return fn(a0, o0), fn(a1, o1), jax.vmap(fn, in_axes=(_batch_axes(a0), _batch_axes(o0)))(ab, ob)
+
+
+_PRIMITIVES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _primitive_for(f: Any) -> Any:
+    """The primitive of `f`, one per f while f lives, so that compiled checks of it are kept."""
+    if isinstance(f, Primitive):
+        return f
+    try:
+        prim = _PRIMITIVES.get(f)
+        if prim is None:
+            prim = _PRIMITIVES[f] = Primitive(f)
+        return prim
+    except TypeError:  # unhashable or not weakly referenceable: a fresh one (nothing kept)
+        return Primitive(f)
+
+
+def _check_variants(tester, problem, what, other, batch_other, against_rule, check_jit, check_vmap,
                     seed, rtol, atol, name) -> list[str]:
-    """The lowered primitive `fn(args, other)` under `jax.jit` (eagerly with `check_jit=False`),
-    then under `jax.vmap`.
+    """The lowered primitive's `jax.{what}` at `(problem.args, other)` under `jax.jit`
+    (eagerly with `check_jit=False`), then under `jax.vmap`.
 
     It must equal the rule (`against_rule(label, result)` fails otherwise). With vmap, a batch
-    of two points must equal `fn` looped over them. With jit on, one compiled program
-    evaluates `fn` at both points and the vmapped `fn` at the batch: one compilation, where
-    eager evaluation would compile each operation of the rule again in every context JAX
-    evaluates it in. The second point is the first moved slightly; if f is not finite there
-    where it is at the first (arccos near 1), a shorter move is tried, by the same program.
+    of two points must equal the primitive looped over them. With jit on, one compiled
+    program evaluates it at both points and batched: one compilation, kept for a later call
+    with the same function and signature, where eager evaluation would compile each
+    operation of the rule again in every context JAX evaluates it in. The second point is
+    the first moved slightly; if f is not finite there where it is at the first (arccos near
+    1), a shorter move is tried, by the same program.
     """
     label = f"jax.jit(jax.{what})" if check_jit else f"jax.{what}"
+    spec = _VariantsSpec(what, _primitive_for(problem.f), tuple(problem.index), check_vmap)
+    body = functools.partial(_variants_body, spec)
+    run = compiled_program(_hashable_or_none(spec), body) if check_jit else body
+    full, fkwargs, args = problem.primals, problem.fkwargs, problem.args
     if not check_vmap:
-        first = (jax.jit(fn) if check_jit else fn)(args, other)
-        against_rule(label, first)
+        against_rule(label, run(full, fkwargs, args, other))
         return [label]
     other_b, other_axes = batch_other()
     other_1 = _slice(other_b, other_axes, 1)
-    batches = [_batch(args, seed + 3, scale, relative=True) for scale in _VMAP_STEPS]
-    axes = batches[0][1]  # the same for every scale
-
-    def program(a0, o0, a1, o1, ab, ob):
-        return fn(a0, o0), fn(a1, o1), jax.vmap(fn, in_axes=(axes, other_axes))(ab, ob)
-
-    run = jax.jit(program) if check_jit else program
     want = None
-    for args_b, _ in batches:
-        first, second, batched = run(args, other, _slice(args_b, axes, 1), other_1, args_b, other_b)
+    for scale in _VMAP_STEPS:
+        args_b, axes = _batch(args, seed + 3, scale, relative=True)
+        first, second, batched = run(full, fkwargs, args, other, _slice(args_b, axes, 1), other_1, args_b, other_b)
         if want is None:
             against_rule(label, first)
             want = _finite_pattern(first)
@@ -777,8 +842,10 @@ def _check_forward_by_transposition(tester, name, problem, y_bar_dense, y, dense
     Returns the check's label, or nothing where JAX cannot transpose the pullback (then the
     primitive has reverse mode only, which is reported, not failed).
     """
+    spec = _VariantsSpec("jvp", _primitive_for(problem.f), tuple(problem.index), False)
     try:
-        _, y_dot = jax.jvp(problem.prim_fn, problem.args, _jax_tangents(problem.tangents, problem.args))
+        run = compiled_program(_hashable_or_none(spec), functools.partial(_variants_body, spec))
+        _, y_dot = run(problem.primals, problem.fkwargs, problem.args, problem.tangents)
     except ForwardModeError:
         return []
     lhs, lhs_scale = _real_inner(y_bar_dense, y_dot)
@@ -790,6 +857,35 @@ def _check_forward_by_transposition(tester, name, problem, y_bar_dense, y, dense
               got=f"<y_bar, J x_dot> = {lhs:.12g} (jax.jvp)",
               fix="the pullback must be linear in y_bar: no branches or clipping on its value")
     return ["jax.jvp (transposed pullback)"]
+
+
+class _FruleSpec(NamedTuple):
+    """What `_frule_body` reads besides its arguments (the key of its compiled program)."""
+
+    name: str
+    f: Any
+    frule_f: Any
+    seed: int
+    index: tuple
+    transposable: bool  # an rrule applies too: check the two are transposes
+
+
+def _frule_body(spec: _FruleSpec, ps: tuple, given: tuple, fkwargs: dict) -> dict:
+    """The frule and the checks of its conventions (see `_rrule_body`)."""
+    tester, name, f = "test_frule", spec.name, spec.f
+    y, y_dot = _call_rule(tester, name, "frule", lambda: (spec.frule_f or frule)(given, f, *ps, **fkwargs))
+    parts = jax.tree_util.tree_flatten_with_path(y_dot, is_leaf=lambda t: isinstance(t, InplaceableThunk))[0]
+    inplace = [("output", jax.tree_util.keystr(path), *_inplaceable_sums(tester, name, "output", part, path))
+               for path, part in parts if isinstance(part, InplaceableThunk)]
+    value = _evaluated(y_dot)
+    mask = not_implemented_mask(value, y)  # output leaves the rule does not implement
+    value = without_not_implemented(value)
+    _check_dtypes(tester, name, value, y, "output")
+    out = dict(y=y, y_expected=unwrap(f)(*ps, **fkwargs), inplace=inplace, mask=mask,
+               y_dot_dense=dense_like(value, y, name=name), transposed=None)
+    if spec.transposable and spec.index and not any(mask):
+        out["transposed"] = _transposition_cotangents(spec, ps, fkwargs, y)
+    return out
 
 
 # ----- test_frule -----------------------------------------------------------------------------
@@ -845,26 +941,10 @@ def test_frule(
               fix=f"register one with `@rules.frule.register({name})` (or `@{name}.frule`)")
     problem = _Problem(f, primals, tangents, fkwargs, f_dot)
     given = (f_dot if problem.f_perturbed else NoTangent(), *tangents)
-    transposable = _has(rrule, f, primals)
-
-    def evaluate(*ps):
-        """The rule and the checks of its conventions (see test_rrule's `evaluate`)."""
-        y, y_dot = _call_rule(tester, name, "frule", lambda: (frule_f or frule)(given, f, *ps, **fkwargs))
-        parts = jax.tree_util.tree_flatten_with_path(y_dot, is_leaf=lambda t: isinstance(t, InplaceableThunk))[0]
-        inplace = [("output", jax.tree_util.keystr(path), *_inplaceable_sums(tester, name, "output", part, path))
-                   for path, part in parts if isinstance(part, InplaceableThunk)]
-        value = _evaluated(y_dot)
-        mask = not_implemented_mask(value, y)  # output leaves the rule does not implement
-        value = without_not_implemented(value)
-        _check_dtypes(tester, name, value, y, "output")
-        out = dict(y=y, y_expected=problem.raw(*ps, **fkwargs), inplace=inplace, mask=mask,
-                   y_dot_dense=dense_like(value, y, name=name), transposed=None)
-        if transposable and problem.index and not any(mask):
-            out["transposed"] = _transposition_cotangents(tester, name, problem, ps, y, seed)
-        return out
-
-    compiled = check_jit and problem.size() <= EXACT_MODE_LIMIT
-    ev = _evaluate(evaluate, primals, compiled)
+    spec = _FruleSpec(name, f, frule_f, seed, tuple(problem.index), _has(rrule, f, primals))
+    evaluate = functools.partial(_frule_body, spec)
+    compiled = check_jit and problem.size() <= COMPILED_LIMIT
+    ev = _evaluate(("frule", spec), evaluate, (primals, given, fkwargs), compiled)
     y, mask, y_dot_dense = ev["y"], ev["mask"], ev["y_dot_dense"]
     try:
         test_approx(y, ev["y_expected"], rtol=rtol, atol=atol)
@@ -890,7 +970,7 @@ def test_frule(
                                  rtol, atol, "the output")
         except AssertionError:
             if compiled:  # a rule wrong only when traced is reported as that
-                eager = evaluate(*primals)["y_dot_dense"]
+                eager = evaluate(primals, given, fkwargs)["y_dot_dense"]
                 _check_traced_like_eager(tester, name, "the frule's tangent", y_dot_dense, eager, problem, y, "the output")
             raise
         checks.append("finite differences")
@@ -904,18 +984,18 @@ def test_frule(
     return RuleReport(name, "frule", "exact", worst, tuple(checks), time.perf_counter() - start, modes)
 
 
-def _transposition_cotangents(tester, name, problem, ps, y, seed) -> Any:
+def _transposition_cotangents(spec: _FruleSpec, ps: tuple, fkwargs: dict, y: Any) -> Any:
     """`(y_bar, rrule(y_bar))` densely for the transposition check, or `()` where the rrule
     does not implement a cotangent (nothing to compare)."""
-    y_bar = rand_tangent(y, seed=seed + 1)
-    _, pullback = _call_rule(tester, name, "rrule", lambda: rrule(problem.f, *ps, **problem.fkwargs))
-    cts = _check_arity(tester, name, pullback(y_bar), len(ps))
+    y_bar = rand_tangent(y, seed=spec.seed + 1)
+    _, pullback = _call_rule("test_frule", spec.name, "rrule", lambda: rrule(spec.f, *ps, **fkwargs))
+    cts = _check_arity("test_frule", spec.name, pullback(y_bar), len(ps))
     x_bars = []
-    for i in problem.index:
+    for i in spec.index:
         value = _evaluated(cts[1 + i])
-        if any(not_implemented_mask(value, problem.primal(i))):
+        if any(not_implemented_mask(value, _slot(spec.f, ps, i))):
             return ()
-        x_bars.append(dense_like(value, problem.primal(i)))
+        x_bars.append(dense_like(value, _slot(spec.f, ps, i)))
     return dense_like(y_bar, y), tuple(x_bars)
 
 
@@ -938,16 +1018,13 @@ def _check_transposition(tester, name, problem, transposed, y_dot_dense, rtol, a
 
 
 def _check_lowered_jvp(tester, name, problem, y_dot_dense, y, check_jit, check_vmap, seed) -> list[str]:
-    def jvp(dargs, dtangents):
-        return jax.jvp(problem.prim_fn, tuple(dargs), tuple(_jax_tangents(tuple(dtangents), tuple(dargs))))
-
     def against_rule(label, result):
         _check_close(tester, name, f"the lowered primitive's {label} differs from the frule", result[1],
                      y_dot_dense, rtol, atol, "the output")
 
     rtol, atol = _lowered_tol(problem.args, y)
     batch = lambda: _batch(problem.tangents, seed + 4)  # noqa: E731
-    return _check_variants(tester, jvp, problem.args, problem.tangents, batch, "jvp", against_rule,
+    return _check_variants(tester, problem, "jvp", problem.tangents, batch, against_rule,
                            check_jit, check_vmap, seed, rtol, atol, name)
 
 

@@ -913,3 +913,71 @@ def test_an_unhashable_callable_has_no_rule_but_can_be_tested_through_rrule_f():
         test_rrule(scale, X64, **FAST)
     report = test_rrule(scale, X64, rrule_f=lambda f, x: (f(x), lambda y_bar: (NoTangent(), f.c * y_bar)))
     assert any("f is unhashable" in c for c in report.checks)
+
+
+# ------------------------------------------------------------------------------------------
+# Compiled checks, kept across calls
+# ------------------------------------------------------------------------------------------
+
+
+def _counted_sin():
+    """`mysin` with both rules, counting the Python calls of each."""
+    calls = {"rrule": 0, "frule": 0}
+    f = fresh_primitive("mysin", jnp.sin)
+
+    @f.rrule
+    def f_rrule(x):
+        calls["rrule"] += 1
+        return jnp.sin(x), lambda y_bar: (NoTangent(), rules.unthunk(y_bar) * jnp.cos(x))
+
+    @f.frule
+    def f_frule(tangents, x):
+        calls["frule"] += 1
+        return jnp.sin(x), jnp.cos(x) * tangents[1]
+
+    return f, calls
+
+
+def test_a_second_check_of_the_same_signature_runs_compiled_programs_without_tracing_the_rule():
+    f, calls = _counted_sin()
+    test_rrule(f, X64)
+    test_frule(f, X64)
+    first = dict(calls)
+    assert first["rrule"] > 0 and first["frule"] > 0
+    test_rrule(f, X64 * 0.5)  # new values, same signature
+    test_frule(f, X64 * 0.5)
+    assert calls == first
+    test_rrule(f, jnp.ones(4))  # a new shape traces anew
+    assert calls["rrule"] > first["rrule"]
+
+
+def test_kept_programs_check_the_values_of_each_call():
+    """Same signature, new values: a rule wrong only for negative inputs passes at positive
+    ones and fails at negative ones, whatever ran before."""
+    f = with_rrule("mysin", jnp.sin,
+                   lambda y_bar, x: (NoTangent(), y_bar * jnp.cos(x) * jnp.where(x < 0, 1.01, 1.0)))
+    positive = jnp.array([0.3, 1.2, 0.7])
+    test_rrule(f, positive)
+    with pytest.raises(AssertionError, match="cotangent does not match finite differences"):
+        test_rrule(f, -positive)
+    test_rrule(f, positive)
+
+
+def test_a_redefined_rule_is_checked_not_its_kept_program():
+    f = sin_rule()
+    test_rrule(f, X64)
+
+    @f.rrule
+    def wrong(x):
+        return jnp.sin(x), lambda y_bar: (NoTangent(), 1.01 * rules.unthunk(y_bar) * jnp.cos(x))
+
+    with pytest.raises(AssertionError, match="cotangent does not match finite differences"):
+        test_rrule(f, X64)
+
+
+def test_auto_mode_is_exact_up_to_its_limit_and_fast_above():
+    from rules.testing._testers import EXACT_MODE_LIMIT
+
+    f = sin_rule()
+    assert test_rrule(f, jnp.linspace(0.1, 1.0, EXACT_MODE_LIMIT)).mode == "exact"
+    assert test_rrule(f, jnp.linspace(0.1, 1.0, EXACT_MODE_LIMIT + 1)).mode == "fast"
