@@ -1,25 +1,26 @@
-"""Compiled evaluations for the testers: one `jax.jit` program per check, kept across calls.
+"""Compiled evaluations for the testers: one `jax.jit` program per check, compiled once.
 
 Evaluated eagerly, every operation of a rule compiles on its own (per shape, dtype and the
 context JAX runs it in): a linear-algebra rule and its pullback cost about a hundred small
 compilations, each as slow as one program holding all of them. The testers therefore trace
 each check (the rule and its conventions, the lowered primitive under jit and vmap) into one
-program, and keep it: a second call on the same function, argument structure and shapes (a
-property test, a loop over inputs) runs the compiled program without tracing again.
+program. Every call traces anew, so the checks of conventions run, and the program holds the
+code as it is now (a helper the rule calls may have changed since); only the compilation is
+reused, for a program that traces to the same jaxpr (its constants are arguments).
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import threading
-from typing import Any, Callable, Hashable
+from typing import Any, Callable
 
 import jax
+import jax.extend
 import numpy as np
 
-from .._registry import registry_version
-
-__all__ = ["Compiled", "compiled", "jit", "signature"]
+__all__ = ["jit", "program_key", "run"]
 
 _ARRAYS = (jax.Array, np.ndarray, np.generic)
 
@@ -53,40 +54,18 @@ def _is_array(leaf: Any) -> bool:
     return isinstance(leaf, _ARRAYS) and not isinstance(leaf, jax.core.Tracer)
 
 
-def signature(tree: Any) -> Hashable | None:
-    """What a program traced from `tree` depends on: its structure, its fixed (non-array)
-    leaves by type and value, and its arrays' shapes and dtypes; None if a fixed leaf is
-    unhashable (then nothing is kept)."""
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
-    parts: list[Any] = []
-    for leaf in leaves:
-        if _is_array(leaf):
-            parts.append(("array", np.shape(leaf), np.dtype(leaf.dtype).str, bool(getattr(leaf, "weak_type", False))))
-            continue
-        # floats by repr: 0.0 and -0.0 (equal, with equal hashes) are different constants
-        key = (type(leaf), repr(leaf) if isinstance(leaf, (float, complex)) else leaf)
-        try:
-            hash(key)
-        except TypeError:
-            return None
-        parts.append(key)
-    return treedef, tuple(parts)
-
-
 class _Traced:
-    """`body` as a function of the array leaves of its arguments, for one signature: the
-    fixed leaves are those of the call that traced it (equal for every call with the same
-    signature). The result's traced arrays are the program's outputs; its other leaves (Python
-    values, constants made while tracing) are kept from the trace."""
+    """`body` as a function of the array leaves of its arguments, the other leaves fixed.
+    The result's traced arrays are the program's outputs; its other leaves (Python values,
+    constants made while tracing) are kept from the trace."""
 
     def __init__(self, body: Callable, leaves: list, treedef: Any, where: list[int]):
         self.body, self.leaves, self.treedef, self.where = body, leaves, treedef, where
         self.out_tree: Any = None
         self.is_traced: list[bool] = []
         self.kept: list[Any] = []
-        self.jitted = jit(self._trace)
 
-    def _trace(self, *dynamic: Any) -> list:
+    def __call__(self, *dynamic: Any) -> list:
         full = list(self.leaves)
         for k, d in zip(self.where, dynamic):
             full[k] = d
@@ -96,62 +75,82 @@ class _Traced:
         self.kept = [None if t else leaf for leaf, t in zip(out_leaves, self.is_traced)]
         return [leaf for leaf, t in zip(out_leaves, self.is_traced) if t]
 
-    def __call__(self, leaves: list) -> Any:
-        values = iter(self.jitted(*(leaves[k] for k in self.where)))
-        return jax.tree_util.tree_unflatten(
-            self.out_tree, [next(values) if t else leaf for leaf, t in zip(self.kept, self.is_traced)]
-        )
+    def rebuild(self, values: list) -> Any:
+        it = iter(values)
+        return jax.tree_util.tree_unflatten(self.out_tree, [next(it) if t else leaf for leaf, t in zip(self.kept, self.is_traced)])
 
 
-class Compiled:
-    """`body(*args)` run as one `jax.jit` program of the array leaves of `args`; every
-    other leaf (Python numbers, strings, modules, functions) is fixed, as in a closure. One
-    program per signature of `args` (see `signature`); the result is `body`'s, with its
-    arrays concrete. Exceptions raised while tracing propagate."""
+def program_key(jaxpr: Any) -> tuple:
+    """What makes two traced programs the same: the jaxpr's text, and, by identity, the
+    Python callables in its equations' parameters (host callbacks, custom rules), which the
+    text names but does not tell apart (two different SciPy functions behind
+    `rules.external` print alike). A new callable gives a new key: compiled anew."""
+    found: list[Any] = []
 
-    def __init__(self, body: Callable):
-        self.body = body
-        self._programs: dict[Hashable, _Traced] = {}
-        self._lock = threading.Lock()
+    def visit(value: Any) -> None:
+        if isinstance(value, jax.extend.core.ClosedJaxpr):
+            visit(value.jaxpr)
+        elif isinstance(value, jax.extend.core.Jaxpr):
+            for eqn in value.eqns:
+                for param in eqn.params.values():
+                    visit(param)
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                visit(item)
+        elif callable(value) and not isinstance(value, type):
+            found.append(_ByIdentity(value))
 
-    def __call__(self, *args: Any) -> Any:
-        leaves, treedef = jax.tree_util.tree_flatten(args)
-        where = [k for k, leaf in enumerate(leaves) if _is_array(leaf)]
-        sig = signature(args)
-        with self._lock:
-            program = None if sig is None else self._programs.get(sig)
+    visit(jaxpr)
+    return str(jaxpr), tuple(found)
+
+
+class _ByIdentity:
+    """An object compared and hashed by identity (held, so its id is not reused)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, _ByIdentity) and other.value is self.value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+
+def _replay(jaxpr: Any, consts: list, *args: Any) -> list:
+    return jax.extend.core.jaxpr_as_fun(jax.extend.core.ClosedJaxpr(jaxpr, consts))(*args)
+
+
+_KEPT = 128  # compiled programs kept, least recently used dropped first
+_PROGRAMS: collections.OrderedDict = collections.OrderedDict()
+_PROGRAMS_LOCK = threading.Lock()
+stats = {"compiled": 0, "reused": 0}  # programs compiled, and runs that reused one (for tests)
+
+
+def run(body: Callable, *args: Any) -> Any:
+    """`body(*args)` traced as one program of the array leaves of `args` (every other leaf
+    fixed, as in a closure) and run compiled; the result is `body`'s, its arrays concrete.
+
+    `body` runs (traced) on every call; exceptions it raises propagate. The compiled program
+    is reused by a later call that traces to the same jaxpr, the jaxpr's constants (arrays
+    the body closed over or made) being arguments of it.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(args)
+    where = [k for k, leaf in enumerate(leaves) if _is_array(leaf)]
+    traced = _Traced(body, leaves, treedef, where)
+    dynamic = [leaves[k] for k in where]
+    closed = jax.make_jaxpr(traced)(*dynamic)
+    key = program_key(closed.jaxpr)
+    with _PROGRAMS_LOCK:
+        program = _PROGRAMS.get(key)
         if program is None:
-            program = _Traced(self.body, leaves, treedef, where)
-            result = program(leaves)  # traces: only a program that traced is kept
-            if sig is not None:
-                with self._lock:
-                    self._programs[sig] = program
-            return result
-        return program(leaves)
-
-
-_KEPT = 64  # compiled checks kept, least recently used dropped first
-_CACHE: collections.OrderedDict = collections.OrderedDict()
-_CACHE_LOCK = threading.Lock()
-
-
-def compiled(key: Hashable | None, body: Callable) -> Compiled:
-    """The `Compiled` of `body`, kept under `key` (with the registry's version: a redefined
-    rule gets a new program) for later calls; `key=None` (or an unhashable key) keeps nothing.
-    `key` must determine everything `body` reads besides its arguments."""
-    if key is None:
-        return Compiled(body)
-    full = (key, registry_version())
-    try:
-        hash(full)
-    except TypeError:
-        return Compiled(body)
-    with _CACHE_LOCK:
-        hit = _CACHE.get(full)
-        if hit is not None:
-            _CACHE.move_to_end(full)
-            return hit
-        program = _CACHE[full] = Compiled(body)
-        while len(_CACHE) > _KEPT:
-            _CACHE.popitem(last=False)
-        return program
+            program = _PROGRAMS[key] = jit(functools.partial(_replay, closed.jaxpr))
+            stats["compiled"] += 1
+            while len(_PROGRAMS) > _KEPT:
+                _PROGRAMS.popitem(last=False)
+        else:
+            _PROGRAMS.move_to_end(key)
+            stats["reused"] += 1
+    return traced.rebuild(program(list(closed.consts), *dynamic))

@@ -31,7 +31,7 @@ import jax.extend
 import jax.numpy as jnp
 import numpy as np
 
-from ._compiled import jit
+from ._compiled import jit, program_key
 
 __all__ = [
     # methods
@@ -806,7 +806,7 @@ class _Program:
         return out.reshape(k, n, *out.shape[1:])
 
 
-# Programs of recent traces, for reuse: (owner's identity, jaxpr text) -> (weakref to the
+# Programs of recent traces, for reuse: (owner's identity, program_key(jaxpr)) -> (weakref to the
 # owner, program). A hit needs the same live owner (the function the caller differences)
 # and a jaxpr that prints the same; constants are arguments, so their values may differ.
 _PROGRAMS: collections.OrderedDict = collections.OrderedDict()
@@ -819,7 +819,7 @@ def _program(owner: Any, jaxpr: Any) -> _Program:
         ref = weakref.ref(owner)
     except TypeError:  # not weakly referable: no reuse
         return _Program(jaxpr)
-    key = (id(owner), str(jaxpr))
+    key = (id(owner), program_key(jaxpr))
     with _PROGRAMS_LOCK:
         hit = _PROGRAMS.get(key)
         if hit is not None and hit[0]() is owner:

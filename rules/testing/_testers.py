@@ -30,7 +30,7 @@ from .._registry import frule, function_name, rrule
 from .._lowering import _tangent_leaves, conj_tree, lowered_rules
 from .._thunks import AbstractThunk, InplaceableThunk, Thunk, unthunk
 from .._zeros import AbstractZero, NoTangent, ZeroTangent
-from ._compiled import compiled as compiled_program
+from ._compiled import run as run_compiled
 from ._compare import (
     WithTangent,
     _perturbable,
@@ -497,7 +497,7 @@ def test_rrule(
     spec = _RruleSpec(name, f, rrule_f, seed, tuple(problem.index), check_thunked_output_tangent)
     evaluate = functools.partial(_rrule_body, spec)
     compiled = check_jit and problem.size() <= COMPILED_LIMIT
-    ev = _evaluate(("rrule", spec), evaluate, (primals, fkwargs, output_tangent), compiled)
+    ev = _evaluate(evaluate, (primals, fkwargs, output_tangent), compiled)
     y, y_bar_dense, dense, masks, broken = ev["y"], ev["y_bar_dense"], ev["dense"], ev["masks"], ev["broken"]
     try:
         test_approx(y, ev["y_expected"], rtol=rtol, atol=atol)
@@ -701,8 +701,8 @@ def _check_traced_like_eager(tester, name, what, traced, eager, problem, y, argu
                  traced, eager, rtol, atol, argument)
 
 
-def _evaluate(key: Any, body: Callable, args: tuple, compiled: bool) -> Any:
-    """`body(*args)`, as one compiled program kept under `key` (see `_compiled`), or eagerly.
+def _evaluate(body: Callable, args: tuple, compiled: bool) -> Any:
+    """`body(*args)` as one compiled program (see `_compiled`), or eagerly.
 
     The checks of conventions inside `body` run on tracers, as they look at types, shapes
     and dtypes only. Where the rule cannot be traced (Python control flow on values, NumPy on
@@ -712,19 +712,11 @@ def _evaluate(key: Any, body: Callable, args: tuple, compiled: bool) -> Any:
     if not compiled:
         return body(*args)
     try:
-        return compiled_program(_hashable_or_none(key), body)(*args)
+        return run_compiled(body, *args)
     except AssertionError:
         raise  # a check failed
     except Exception:  # noqa: BLE001 - not traceable, or the rule raised: eagerly, as before
         return body(*args)
-
-
-def _hashable_or_none(key: Any) -> Any:
-    try:
-        hash(key)
-    except TypeError:  # an unhashable function (a callable struct with arrays): nothing kept
-        return None
-    return key
 
 
 def _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, check_vmap, seed) -> list[str]:
@@ -778,7 +770,8 @@ def _variants_body(spec: _VariantsSpec, full, fkwargs, a0, o0, a1=None, o1=None,
     fn = functools.partial(_LOWERED[spec.what], spec.prim, spec.index, full, fkwargs)
     if not spec.vmap:
         return fn(a0, o0)
-    return fn(a0, o0), fn(a1, o1), jax.vmap(fn, in_axes=(_batch_axes(a0), _batch_axes(o0)))(ab, ob)
+    once = jax.jit(fn)  # traced once, for the three uses (a pjit inside the program)
+    return once(a0, o0), once(a1, o1), jax.vmap(once, in_axes=(_batch_axes(a0), _batch_axes(o0)))(ab, ob)
 
 
 _PRIMITIVES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -813,7 +806,7 @@ def _check_variants(tester, problem, what, other, batch_other, against_rule, che
     label = f"jax.jit(jax.{what})" if check_jit else f"jax.{what}"
     spec = _VariantsSpec(what, _primitive_for(problem.f), tuple(problem.index), check_vmap)
     body = functools.partial(_variants_body, spec)
-    run = compiled_program(_hashable_or_none(spec), body) if check_jit else body
+    run = functools.partial(run_compiled, body) if check_jit else body
     full, fkwargs, args = problem.primals, problem.fkwargs, problem.args
     if not check_vmap:
         against_rule(label, run(full, fkwargs, args, other))
@@ -844,8 +837,8 @@ def _check_forward_by_transposition(tester, name, problem, y_bar_dense, y, dense
     """
     spec = _VariantsSpec("jvp", _primitive_for(problem.f), tuple(problem.index), False)
     try:
-        run = compiled_program(_hashable_or_none(spec), functools.partial(_variants_body, spec))
-        _, y_dot = run(problem.primals, problem.fkwargs, problem.args, problem.tangents)
+        body = functools.partial(_variants_body, spec)
+        _, y_dot = run_compiled(body, problem.primals, problem.fkwargs, problem.args, problem.tangents)
     except ForwardModeError:
         return []
     lhs, lhs_scale = _real_inner(y_bar_dense, y_dot)
@@ -944,7 +937,7 @@ def test_frule(
     spec = _FruleSpec(name, f, frule_f, seed, tuple(problem.index), _has(rrule, f, primals))
     evaluate = functools.partial(_frule_body, spec)
     compiled = check_jit and problem.size() <= COMPILED_LIMIT
-    ev = _evaluate(("frule", spec), evaluate, (primals, given, fkwargs), compiled)
+    ev = _evaluate(evaluate, (primals, given, fkwargs), compiled)
     y, mask, y_dot_dense = ev["y"], ev["mask"], ev["y_dot_dense"]
     try:
         test_approx(y, ev["y_expected"], rtol=rtol, atol=atol)

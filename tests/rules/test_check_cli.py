@@ -218,11 +218,22 @@ def test_junit_xml_report(checked):
     assert "max rel. error: " in cases_["good_cube[f64[2]]"].find("system-out").text
 
 
+def test_jobs_check_in_worker_processes_with_the_same_rows_in_the_same_order(checked):
+    """`--jobs 2`: two worker processes import the same modules (a dotted name and a file)
+    and check the examples they are sent; the table is the one `--jobs 1` printed."""
+    proc, folder = checked
+    again = _check("check", "zj_cli_pkg.wrong", "more/zj_cli_good.py", "--jobs", "2", cwd=folder)
+    assert again.returncode == 1, again.stdout + again.stderr
+    rows = lambda out: [line.rsplit("|", 3)[0] for line in out.splitlines() if line.startswith("| ")]  # noqa: E731
+    assert rows(again.stdout) == rows(proc.stdout) and len(rows(proc.stdout)) == 5  # header and 4 rows
+    assert "3 passed, 1 failed: 4 examples of 3 functions checked" in again.stdout
+
+
 def test_help_exits_0_and_lists_the_options(tmp_path):
     proc = _check("check", "--help", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: python -m rules check")
-    for text in ("MODULE", "--json PATH", "--junit-xml PATH", "mypkg.rules", "path/to/myrules.py",
+    for text in ("MODULE", "--jobs N", "--json PATH", "--junit-xml PATH", "mypkg.rules", "path/to/myrules.py",
                  "exit status: 0 all passed, 1 a rule failed, 2 usage or import error"):
         assert text in proc.stdout
 
@@ -361,9 +372,17 @@ def test_main_exit_status(scratch, capsys):
     for argv, message in [([], "required: COMMAND"), (["frobnicate"], "invalid choice"),
                           (["check", "--bogus"], "unrecognized arguments: --bogus"),
                           (["check", "zj_empty"], "nothing to check in zj_empty"),
-                          (["check", "zj_nope"], "cannot check `zj_nope`: no module of that name")]:
+                          (["check", "zj_nope"], "cannot check `zj_nope`: no module of that name"),
+                          (["check", "zj_pass", "--jobs", "-1"], "--jobs must be 0 (one per core) or more")]:
         assert main(argv) == 2, argv
         assert message in capsys.readouterr().err
+
+
+def test_default_jobs_one_process_below_32_examples_then_one_per_core(monkeypatch):
+    from rules._check import default_jobs
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert [default_jobs(n) for n in (1, 31, 32, 48, 64, 1000)] == [1, 1, 2, 3, 4, 4]
 
 
 def test_no_arguments_checks_the_whole_library(monkeypatch, capsys):
@@ -374,7 +393,7 @@ def test_no_arguments_checks_the_whole_library(monkeypatch, capsys):
         return CheckRow(rules._registry.function_name(f), "rrule", "x")
 
     monkeypatch.setattr(rules._check, "_check_one", fake_check_one)
-    assert main(["check"]) == 0
+    assert main(["check", "--jobs", "1"]) == 0  # in this process, where the fake is
     out = capsys.readouterr().out
     assert "10 module(s): rules.library.elementwise, rules.library.implicit," in out
     # everything registered in this process: the library, and whatever other tests registered

@@ -920,9 +920,12 @@ def test_an_unhashable_callable_has_no_rule_but_can_be_tested_through_rrule_f():
 # ------------------------------------------------------------------------------------------
 
 
-def _counted_sin():
-    """`mysin` with both rules, counting the Python calls of each."""
-    calls = {"rrule": 0, "frule": 0}
+def test_a_second_check_of_the_same_signature_compiles_nothing_and_still_runs_the_rule():
+    """Each call traces the rule again (its conventions are checked, with the code as it is
+    now) and reuses the compiled programs of a call that traced to the same programs."""
+    from rules.testing import _compiled
+
+    calls = {"rrule": 0}
     f = fresh_primitive("mysin", jnp.sin)
 
     @f.rrule
@@ -930,25 +933,24 @@ def _counted_sin():
         calls["rrule"] += 1
         return jnp.sin(x), lambda y_bar: (NoTangent(), rules.unthunk(y_bar) * jnp.cos(x))
 
-    @f.frule
-    def f_frule(tangents, x):
-        calls["frule"] += 1
-        return jnp.sin(x), jnp.cos(x) * tangents[1]
-
-    return f, calls
-
-
-def test_a_second_check_of_the_same_signature_runs_compiled_programs_without_tracing_the_rule():
-    f, calls = _counted_sin()
     test_rrule(f, X64)
-    test_frule(f, X64)
-    first = dict(calls)
-    assert first["rrule"] > 0 and first["frule"] > 0
+    compiled, reused, traced = _compiled.stats["compiled"], _compiled.stats["reused"], calls["rrule"]
     test_rrule(f, X64 * 0.5)  # new values, same signature
-    test_frule(f, X64 * 0.5)
-    assert calls == first
-    test_rrule(f, jnp.ones(4))  # a new shape traces anew
-    assert calls["rrule"] > first["rrule"]
+    assert _compiled.stats["compiled"] == compiled and _compiled.stats["reused"] > reused
+    assert calls["rrule"] > traced
+
+
+def test_a_helper_changed_since_the_last_check_is_checked_as_it_is_now(monkeypatch):
+    """Nothing stale: a rule calling a module-level helper that changes between two checks
+    (a notebook cell run again, a monkeypatch) is checked with the new helper."""
+    import types
+
+    helpers = types.SimpleNamespace(scale=lambda: 1.0)
+    f = with_rrule("mysin", jnp.sin, lambda y_bar, x: (NoTangent(), helpers.scale() * y_bar * jnp.cos(x)))
+    test_rrule(f, X64)
+    monkeypatch.setattr(helpers, "scale", lambda: 1.01)
+    with pytest.raises(AssertionError, match="cotangent does not match finite differences"):
+        test_rrule(f, X64)
 
 
 def test_kept_programs_check_the_values_of_each_call():
@@ -981,3 +983,18 @@ def test_auto_mode_is_exact_up_to_its_limit_and_fast_above():
     f = sin_rule()
     assert test_rrule(f, jnp.linspace(0.1, 1.0, EXACT_MODE_LIMIT)).mode == "exact"
     assert test_rrule(f, jnp.linspace(0.1, 1.0, EXACT_MODE_LIMIT + 1)).mode == "fast"
+
+
+def test_programs_that_print_alike_but_call_different_host_functions_are_not_confused():
+    """Two `external` primitives over different SciPy functions trace to jaxprs with the same
+    text (the callbacks print alike); each check must run its own function."""
+
+    def host(fn):
+        like = lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x))  # noqa: E731
+        return lambda x: rules.external(fn, like, vmap_method="expand_dims", name="host")(x)
+
+    x = jnp.array([0.3, 0.9, 1.7])
+    for fn, derivative in ((np.sin, np.cos), (np.cosh, np.sinh)):  # the same program text
+        f = fresh_primitive("hosted", host(fn))
+        add_frule(f, lambda dots, x, d=host(derivative): d(x) * dots[0])
+        test_frule(f, x)
