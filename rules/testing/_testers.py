@@ -759,6 +759,7 @@ class _VariantsSpec(NamedTuple):
     prim: Any
     index: tuple
     vmap: bool
+    jit: bool  # traced into one program (else run eagerly)
 
 
 def _batch_axes(tree: Any) -> Any:
@@ -770,7 +771,7 @@ def _variants_body(spec: _VariantsSpec, full, fkwargs, a0, o0, a1=None, o1=None,
     fn = functools.partial(_LOWERED[spec.what], spec.prim, spec.index, full, fkwargs)
     if not spec.vmap:
         return fn(a0, o0)
-    once = jax.jit(fn)  # traced once, for the three uses (a pjit inside the program)
+    once = jax.jit(fn) if spec.jit else fn  # traced once for the three uses (a pjit in the program)
     return once(a0, o0), once(a1, o1), jax.vmap(once, in_axes=(_batch_axes(a0), _batch_axes(o0)))(ab, ob)
 
 
@@ -804,7 +805,7 @@ def _check_variants(tester, problem, what, other, batch_other, against_rule, che
     1), a shorter move is tried, by the same program.
     """
     label = f"jax.jit(jax.{what})" if check_jit else f"jax.{what}"
-    spec = _VariantsSpec(what, _primitive_for(problem.f), tuple(problem.index), check_vmap)
+    spec = _VariantsSpec(what, _primitive_for(problem.f), tuple(problem.index), check_vmap, check_jit)
     body = functools.partial(_variants_body, spec)
     run = functools.partial(run_compiled, body) if check_jit else body
     full, fkwargs, args = problem.primals, problem.fkwargs, problem.args
@@ -835,7 +836,7 @@ def _check_forward_by_transposition(tester, name, problem, y_bar_dense, y, dense
     Returns the check's label, or nothing where JAX cannot transpose the pullback (then the
     primitive has reverse mode only, which is reported, not failed).
     """
-    spec = _VariantsSpec("jvp", _primitive_for(problem.f), tuple(problem.index), False)
+    spec = _VariantsSpec("jvp", _primitive_for(problem.f), tuple(problem.index), False, True)
     try:
         body = functools.partial(_variants_body, spec)
         _, y_dot = run_compiled(body, problem.primals, problem.fkwargs, problem.args, problem.tangents)

@@ -55,6 +55,7 @@ def test_notebooks_are_stored_without_outputs():
                 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs(path):
     from nbclient import NotebookClient
