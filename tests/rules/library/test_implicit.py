@@ -400,3 +400,29 @@ def test_every_solver_takes_a_module(solve, fn, x0, theta):
     by_theta = jax.grad(lambda t: SEED @ solve(fn, x0, t))(theta)
     by_module = eqx.filter_grad(lambda m: SEED @ solve(m, x0, ()))(WithParams(fn, theta))
     assert_trees_close(by_module.params, by_theta, rtol=1e-9)
+
+
+def test_fixed_point_gradient_agrees_with_optimistix_implicit_adjoint():
+    """What users would otherwise call: optimistix.fixed_point with ImplicitAdjoint gives the
+    same solution and parameter gradient (benchmarks/library.py times the two)."""
+    import optimistix as optx
+
+    rng = np.random.default_rng(3)
+    n = 6
+    w = jnp.asarray(rng.standard_normal((n, n)) / (2 * np.sqrt(n)))
+    b = jnp.asarray(rng.standard_normal(n))
+    x0 = jnp.zeros(n)
+    layer = lambda x, theta: jnp.tanh(theta[0] @ x + theta[1]) / 2  # noqa: E731
+    solver = optx.FixedPointIteration(rtol=1e-12, atol=1e-12)
+
+    def ours(theta):
+        return jnp.sum(jnp.sin(fixed_point(layer, x0, theta, tol=1e-12, max_iter=500)))
+
+    def theirs(theta):
+        sol = optx.fixed_point(lambda y, t: layer(y, t), solver, x0, args=theta,
+                               adjoint=optx.ImplicitAdjoint(), max_steps=500)
+        return jnp.sum(jnp.sin(sol.value))
+
+    np.testing.assert_allclose(ours((w, b)), theirs((w, b)), rtol=1e-10)
+    for mine, other in zip(jax.grad(ours)((w, b)), jax.grad(theirs)((w, b))):
+        np.testing.assert_allclose(mine, other, rtol=1e-8, atol=1e-12)
