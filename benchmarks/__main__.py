@@ -3,9 +3,9 @@
 import pathlib
 import sys
 
-from . import api, checkpoint, library, lowering, testers
+from . import api, check, checkpoint, library, lowering, testers
 
-SCRIPTS = [lowering, api, checkpoint, testers, library]
+SCRIPTS = [lowering, api, checkpoint, testers, check, library]
 
 
 def main() -> int:

@@ -1,0 +1,43 @@
+"""`python -m rules check` on the whole library: wall time, in one process and with workers.
+
+Each run is a fresh `python -m rules check` subprocess (JAX's import, the library's import and
+every compilation included, as a user or CI pays them), its wall time read around the
+subprocess. `--jobs 1` checks every example in the one process; the default spreads them
+over one worker process per core (2 here). Target (issue 13): the whole library in <= 25 s on
+2 cores. Quick mode checks one small module, once.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from ._common import table
+
+
+def _timed(args: list[str]) -> tuple[float, str]:
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "rules", "check", *args], capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"`python -m rules check {' '.join(args)}` failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    summary = next(line for line in proc.stdout.splitlines() if " passed, " in line)
+    return seconds, summary
+
+
+def run(quick: bool = False) -> str:
+    modules = ["nondiff"] if quick else []
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    rows = []
+    for label, extra in (("--jobs 1 (one process)", ["--jobs", "1"]), (f"default ({cores} cores)", [])):
+        seconds, summary = _timed(modules + extra)
+        target = "" if quick else " (target <= 25 s: " + ("met)" if seconds <= 25 else "MISSED)")
+        rows.append([" ".join(modules) or "whole library", label, f"{seconds:.1f} s{target}", summary])
+    header = ["modules", "processes", "wall time", "result"]
+    return "## python -m rules check\n\n" + table(header, rows) + "\n\n" + __doc__.split("\n\n", 1)[1]
+
+
+if __name__ == "__main__":
+    print(run(quick="--quick" in sys.argv))
