@@ -559,7 +559,8 @@ def test_rrule(
         checks += _lowered(tester, name, _check_lowered_vjp, lowered, y_bar_dense, y, dense,
                            check_jit, check_vmap, seed)
         if not modes:
-            forward = _lowered(tester, name, _check_forward_by_transposition, lowered, y_bar_dense, y, dense)
+            forward = _lowered(tester, name, _check_forward_by_transposition, lowered, y_bar_dense, y, dense,
+                               check_jit)
             checks += forward
             modes = "fwd+rev" if forward else "rev"
     return RuleReport(name, "rrule", use_mode, worst, tuple(checks), time.perf_counter() - start, modes or "rev")
@@ -830,16 +831,18 @@ def _check_variants(tester, problem, what, other, batch_other, against_rule, che
     return [label, "jax.vmap"]
 
 
-def _check_forward_by_transposition(tester, name, problem, y_bar_dense, y, dense) -> list[str]:
+def _check_forward_by_transposition(tester, name, problem, y_bar_dense, y, dense, check_jit=True) -> list[str]:
     """Without an frule, forward mode transposes the pullback: `<y_bar, J x_dot> == <J^T y_bar, x_dot>`.
 
     Returns the check's label, or nothing where JAX cannot transpose the pullback (then the
-    primitive has reverse mode only, which is reported, not failed).
+    primitive has reverse mode only, which is reported, not failed). Compiled with
+    `check_jit`, else eagerly.
     """
-    spec = _VariantsSpec("jvp", _primitive_for(problem.f), tuple(problem.index), False, True)
+    spec = _VariantsSpec("jvp", _primitive_for(problem.f), tuple(problem.index), False, check_jit)
+    body = functools.partial(_variants_body, spec)
+    run = functools.partial(run_compiled, body) if check_jit else body
     try:
-        body = functools.partial(_variants_body, spec)
-        _, y_dot = run_compiled(body, problem.primals, problem.fkwargs, problem.args, problem.tangents)
+        _, y_dot = run(problem.primals, problem.fkwargs, problem.args, problem.tangents)
     except ForwardModeError:
         return []
     lhs, lhs_scale = _real_inner(y_bar_dense, y_dot)
