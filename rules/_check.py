@@ -194,7 +194,8 @@ def _import_path(given: str) -> str:
             )
         )
     for name, module in list(sys.modules.items()):  # imported already (by its dotted name)
-        if getattr(module, "__file__", None) and Path(module.__file__).resolve() == file:
+        module_file = getattr(module, "__file__", None)
+        if module_file and Path(module_file).resolve() == file:
             return name
     name = path.stem
     if name in sys.modules or not name.isidentifier():  # `myproject/rules.py` must not replace `rules`
@@ -202,6 +203,7 @@ def _import_path(given: str) -> str:
     spec = importlib.util.spec_from_file_location(
         name, file, submodule_search_locations=[str(path)] if path.is_dir() else None
     )
+    assert spec is not None and spec.loader is not None  # a .py file always gets a source loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     if str(path.parent) not in sys.path:  # as for a script: its folder's modules are importable
@@ -311,7 +313,7 @@ def iter_check(todo: list[tuple[Any, tuple]], progress: TextIO | None = None) ->
             progress.write(f"\r\033[K{line}" if live else f"{line}\n")
             progress.flush()
         row = _check_one(f, example)
-        if live:
+        if live and progress is not None:
             progress.write("\r\033[K")
             progress.flush()
         yield row
@@ -367,7 +369,7 @@ def iter_check_parallel(
                 progress.write(f"\r\033[K{line}" if live else f"{line}\n")
                 progress.flush()
             row = future.result()
-            if live:
+            if live and progress is not None:
                 progress.write("\r\033[K")
                 progress.flush()
             yield row

@@ -7,7 +7,7 @@ what was expected, what was received, and how to fix it.
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, overload
 
 __all__ = [
     "RuleError",
@@ -44,6 +44,10 @@ def format_message(
     return "\n".join(lines)
 
 
+@overload
+def describe_argument(index: int | str, path: str = ..., fn: Any = ...) -> str: ...
+@overload
+def describe_argument(index: None, path: str = ..., fn: Any = ...) -> None: ...
 def describe_argument(index: int | str | None, path: str = "", fn: Any = None) -> str | None:
     """`argument 1 (x) at path [0]['w']`, `keyword argument 'axis'`, or the output.
 

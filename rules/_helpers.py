@@ -155,7 +155,7 @@ def scalar_rule(
     scalar_rrule.__name__ = f"{name}_rrule"
     # The frule is the same rule (elementwise partials): lower it through custom_jvp, so a
     # primitive with a scalar rule has forward mode as well as reverse mode.
-    scalar_rrule.__rules_lower_with_frule__ = True
+    setattr(scalar_rrule, "__rules_lower_with_frule__", True)  # setattr: mypy knows no such function attribute
     frule.register(f, scalar_frule, plain=True)
     rrule.register(f, scalar_rrule, plain=True)
     return f
@@ -192,7 +192,7 @@ def non_differentiable(
 
         return raw(*args, **kwargs), non_differentiable_pullback
 
-    non_differentiable_rrule.__rules_lower_with_frule__ = True
+    setattr(non_differentiable_rrule, "__rules_lower_with_frule__", True)  # as in scalar_rule
     frule.register(f, non_differentiable_frule, types=types, plain=True)
     rrule.register(f, non_differentiable_rrule, types=types, plain=True)
     return f

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from itertools import combinations
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -185,7 +185,7 @@ class _naming:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind, err, tb) -> bool:
+    def __exit__(self, kind, err, tb) -> Literal[False]:
         if isinstance(err, Exception) and not isinstance(err, RuleError):
             err.add_note(self.what() if callable(self.what) else self.what)
         return False
@@ -318,6 +318,7 @@ class _Residual:
                 return jax.tree_util.tree_unflatten(out_tree, jax.core.eval_jaxpr(jaxpr, consts, *gs))
             if len(entry_pattern) == len(g_all):
                 dense = (jaxpr, out_tree, consts)
+        assert dense is not None  # `bwd` runs only nonempty patterns, so the full one is tabled
         jaxpr, out_tree, consts = dense
         filled = [jnp.zeros(*meta) if g is None else g for g, meta in zip(g_all, self.out_meta)]
         return jax.tree_util.tree_unflatten(out_tree, jax.core.eval_jaxpr(jaxpr, consts, *filled))

@@ -27,6 +27,10 @@ class Primitive:
     See also: `primitive`, `external`, `rrule`.
     """
 
+    # Set by `external` only (annotations, not class attributes: `getattr(prim, name, None)` stays None).
+    vmap_method: str
+    _fallback_frule: Callable
+
     def __init__(self, fn: Callable, *, name: str | None = None, examples: Iterable[tuple] | None = None):
         if not callable(fn):
             raise RuleDefinitionError(f"`primitive(fn)`: fn must be callable; got {type(fn).__name__}.")
@@ -158,7 +162,7 @@ def external(
                 got=repr(vmap_method),
             )
         )
-    fn_name = name or getattr(fn, "__name__", "external")
+    fn_name = name if name else getattr(fn, "__name__", "external")  # not `or`: mypy would keep None
 
     def call(*args, **kwargs):
         shapes = result_shape_dtypes(*args, **kwargs) if callable(result_shape_dtypes) else result_shape_dtypes

@@ -135,6 +135,7 @@ class ProjectTo:
         if self.kind == "array":
             return f"ProjectTo(dtype={self.dtype.name}, shape={self.shape})"
         if self.kind == "tree":
+            assert self.children is not None  # set with kind "tree"
             return f"ProjectTo({self.primal_type.__name__}, {dict(zip(self.names, self.children))})"
         return "ProjectTo(NoTangent)"
 
@@ -158,7 +159,9 @@ class ProjectTo:
         return self._project_tree(dx)
 
     def _project_tree(self, dx: Any) -> Any:
-        projectors = dict(zip(self.names, self.children))
+        children = self.children
+        assert children is not None  # set with kind "tree"
+        projectors = dict(zip(self.names, children))
         if isinstance(dx, Tangent):
             if not _same_family(dx.primal_type, self.primal_type):
                 raise ProjectionError(
@@ -192,7 +195,7 @@ class ProjectTo:
                 )
             )
         pairs, rebuild = split
-        return rebuild([p(child) for p, (_, child) in zip(self.children, pairs)])
+        return rebuild([p(child) for p, (_, child) in zip(children, pairs)])
 
 
 def _same_family(tangent_type: Any, primal_type: type) -> bool:

@@ -17,6 +17,7 @@ import sys
 import threading
 import warnings
 import weakref
+from types import FrameType
 from typing import Any, Callable, Iterable
 
 import jax
@@ -47,7 +48,7 @@ _traced: dict[Any, weakref.WeakSet] = {}
 _wrapped: weakref.WeakSet = weakref.WeakSet()
 _examples: dict[Any, list[tuple]] = {}
 _example_modules: dict[Any, str] = {}
-_OPT_OUT = object()
+_OPT_OUT: Any = object()  # stored in place of a rule: typed as one
 
 
 def rule_key(f: Any) -> Any:
@@ -532,7 +533,7 @@ def register_examples(f: Any, examples: Iterable[tuple]) -> None:
 
 def _caller_module() -> str:
     """The first module up the stack outside this package's private modules."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         name = frame.f_globals.get("__name__", "")
         if not (name.startswith("rules._") or name == "rules"):

@@ -75,7 +75,7 @@ class Tangent:
             value = dict(fields)
             allowed = known_fields(primal_type)
             unknown = [name for name in value if allowed is not None and name not in allowed]
-            if unknown:
+            if allowed is not None and unknown:
                 raise TangentStructureError(
                     format_message(
                         f"`Tangent({primal_type.__name__}, ...)`: unknown field(s) {unknown}",
@@ -220,7 +220,8 @@ class Tangent:
         keys = list(a) + [k for k in b if k not in a]
         return all(_value_eq(a.get(k, ZeroTangent()), b.get(k, ZeroTangent())) for k in keys)
 
-    __hash__ = None  # mutable-looking values inside; equality is structural
+    # mutable-looking values inside; equality is structural (typeshed declares object.__hash__ a method)
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _from_store(primal_type: type, store: dict) -> Tangent:

@@ -111,7 +111,7 @@ class ArgSpec:
         leaves: list[Any] = [None] * len(self.leaves)
         for i, g in zip(self.diff_index, diff_grads):
             leaves[i] = jax.tree_util.tree_map(to_zygote, g)
-        out = []
+        out: list[Any] = []
         for (lo, hi), sub in zip(self.arg_ranges, self.treedef.children()):
             if all(self.kinds[i] == PASS for i in range(lo, hi)):
                 out.append(None)

@@ -120,6 +120,7 @@ class _Slot:
     def replaced(self, current: Any, originals: list, values: list) -> Any:
         """What the slot holds with its parameters replaced by `values` (checking they are still there)."""
         if self.positions is None:
+            assert self.index is not None  # one parameter held directly: its index is set
             self._check(current, originals[self.index])
             return values[self.index]
         leaves, treedef = _flatten(current)
@@ -164,7 +165,9 @@ def _locate(given: list, ignore: set[int]) -> list[tuple[Any, Any, Any]]:
 def _held_by(ref: Any, wanted: dict[int, Any], owners: list) -> list[tuple[Any, Any, Any]]:
     """The places in `ref` holding wanted values, as `(container, key, value)`."""
     if isinstance(ref, (list, dict)):
-        hits = [(k, v) for k, v in (ref.items() if isinstance(ref, dict) else enumerate(ref)) if id(v) in wanted]
+        hits: list[tuple[Any, Any]] = [
+            (k, v) for k, v in (ref.items() if isinstance(ref, dict) else enumerate(ref)) if id(v) in wanted
+        ]
         for o in owners:  # the `__dict__` of an object, module or class: write through setattr
             if _dict_of(o) is ref or isinstance(o, type) and all(vars(o).get(k) is v for k, v in hits):
                 if _is_jax_internal(o):
@@ -183,9 +186,9 @@ def _held_by(ref: Any, wanted: dict[int, Any], owners: list) -> list[tuple[Any, 
         attributes = dict(_dict_of(ref) or {})
         for slots in (getattr(c, "__slots__", ()) for c in type(ref).__mro__):
             attributes.update((n, getattr(ref, n, None)) for n in ([slots] if isinstance(slots, str) else slots))
-        hits = [(ref, n, v) for n, v in attributes.items() if id(v) in wanted]
-        if hits:
-            return hits
+        places = [(ref, n, v) for n, v in attributes.items() if id(v) in wanted]
+        if places:
+            return places
     raise _unwritable(ref, next((v for v in gc.get_referents(ref) if id(v) in wanted), None))
 
 

@@ -8,6 +8,7 @@ compositions from differentiating through them and documents the fact.
 from __future__ import annotations
 
 import functools
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +22,8 @@ non_differentiable = functools.partial(_non_differentiable, plain=True)
 
 _X = np.array([0.3, 1.55, -0.8])
 _Y = np.array([0.2, 1.6, -0.9])
+
+_f: Callable[..., Any]  # the loop variable below, over functions of any signature
 
 # ----- rounding -----------------------------------------------------------------------------
 for _f in (jnp.floor, jnp.ceil, jnp.round, jnp.rint, jnp.trunc):

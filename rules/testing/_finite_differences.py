@@ -169,6 +169,12 @@ class FDMethod:
     grid: tuple[int, ...] = dataclasses.field(init=False)
     exact_coefs: tuple[Fraction, ...] = dataclasses.field(init=False, compare=False)
     coefs: tuple[float, ...] = dataclasses.field(init=False, compare=False)
+    # Derived in __post_init__, private: the stencil's nonzero points (nearest first) and its error model.
+    _offsets: np.ndarray = dataclasses.field(init=False, repr=False, compare=False)
+    _weights: np.ndarray = dataclasses.field(init=False, repr=False, compare=False)
+    _weight_total: float = dataclasses.field(init=False, repr=False, compare=False)
+    _roundoff: float = dataclasses.field(init=False, repr=False, compare=False)
+    _truncation: float = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         name = "FDMethod.from_grid" if self.kind == "custom" else f"{self.kind}_fdm"
@@ -427,7 +433,8 @@ class FDMethod:
 
     def _error_exponents(self, count: int) -> list[int]:
         """Powers of h in the error expansion: k - q for each k >= p with sum c g^k != 0."""
-        exponents, k = [], self.p
+        exponents: list[int] = []
+        k = self.p
         while len(exponents) < count:
             if sum(c * Fraction(g) ** k for g, c in zip(self.grid, self.exact_coefs)) != 0:
                 exponents.append(k - self.q)
@@ -610,6 +617,7 @@ class _Leaf(NamedTuple):
     def size(self) -> int:
         if self.kind is None:
             return 0
+        assert self.shape is not None  # numbers have a shape
         return math.prod(self.shape) * (2 if self.kind == "complex" else 1)
 
 
@@ -622,7 +630,7 @@ class _Layout:
     def size(self) -> int:
         return sum(leaf.size for leaf in self.leaves)
 
-    def signature(self) -> list[tuple[str, tuple[int, ...], str]]:
+    def signature(self) -> list[tuple[str, tuple[int, ...] | None, str]]:
         return [(leaf.path, leaf.shape, leaf.kind) for leaf in self.leaves if leaf.kind]
 
     def without_values(self) -> _Layout:
@@ -680,30 +688,24 @@ def _vector(tree: PyTree) -> jax.Array:
     leaves = jax.tree_util.tree_leaves(tree)
     if not any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
         # concrete: in NumPy, one transfer (eager jax.numpy compiles a program per operation)
-        return jnp.asarray(_host_vector(leaves), jnp.float64)
+        return jnp.asarray(_concatenated(leaves, np), jnp.float64)
+    return _concatenated(leaves, jnp)
+
+
+def _concatenated(leaves: list, xp: Any) -> Any:
+    """The float and complex leaves raveled into one float64 vector, with `xp` (NumPy or
+    jax.numpy); complex leaves as interleaved real and imaginary parts."""
     parts = []
     for leaf in leaves:
         kind = _describe("", leaf).kind
         if kind == "complex":
-            z = jnp.ravel(jnp.asarray(leaf, dtype=jnp.complex128))
-            parts.append(jnp.stack([z.real, z.imag], axis=-1).ravel())
+            z = xp.ravel(xp.asarray(leaf, dtype=xp.complex128))
+            parts.append(xp.stack([z.real, z.imag], axis=-1).ravel())
         elif kind == "real":
-            parts.append(jnp.ravel(jnp.asarray(leaf, dtype=jnp.float64)))
+            parts.append(xp.ravel(xp.asarray(leaf, dtype=xp.float64)))
     if len(parts) == 1:
         return parts[0]
-    return jnp.concatenate(parts) if parts else jnp.zeros((0,), jnp.float64)
-
-
-def _host_vector(leaves: list) -> np.ndarray:
-    parts = []
-    for leaf in leaves:
-        kind = _describe("", leaf).kind
-        if kind == "complex":
-            z = np.ravel(np.asarray(leaf, dtype=np.complex128))
-            parts.append(np.stack([z.real, z.imag], axis=-1).ravel())
-        elif kind == "real":
-            parts.append(np.ravel(np.asarray(leaf, dtype=np.float64)))
-    return np.concatenate(parts) if parts else np.zeros((0,), np.float64)
+    return xp.concatenate(parts) if parts else xp.zeros((0,), xp.float64)
 
 
 def to_vec(tree: PyTree) -> tuple[jax.Array, Callable[[Any], PyTree]]:
@@ -981,7 +983,7 @@ def _random_unit(n: int, seed: int) -> jax.Array:
     """A fixed pseudo-random unit vector of length n, as a float64 device array; cached, so
     repeated calls with the same size cost nothing (call inside `_x64`)."""
     v = np.random.default_rng(seed).standard_normal(n)
-    return jnp.asarray(v / max(np.linalg.norm(v), 1e-300), jnp.float64)
+    return jnp.asarray(v / max(float(np.linalg.norm(v)), 1e-300), jnp.float64)
 
 
 def _check_scalar_input(name: str, x: Any) -> None:

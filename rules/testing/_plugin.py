@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 import jax
 import pytest
@@ -59,7 +59,7 @@ class RulesCheckModule(pytest.Collector):
                 "attach examples with `@rules.primitive(examples=[(x,)])` or `rules.register_examples(f, [(x,)])`"
             )
         seen: Counter[str] = Counter()
-        items = []
+        items: list[pytest.Item] = []
         for f, example in todo:
             name = f"{function_name(f)}[{_describe(example)}]"
             seen[name] += 1
@@ -68,7 +68,8 @@ class RulesCheckModule(pytest.Collector):
             items.append(RuleExampleItem.from_parent(self, name=name, f=f, example=example))
         return items
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:
+    # no `style`, as pytest's own Collector.repr_failure (which ignores the override check too)
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:  # type: ignore[override]
         if isinstance(excinfo.value, CheckImportError):
             return excinfo.value.describe()
         return super().repr_failure(excinfo)
@@ -98,4 +99,4 @@ class RuleExampleItem(pytest.Item):
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
-        return self.path, None, f"{self.parent.target}: {self.name}"
+        return self.path, None, f"{cast(RulesCheckModule, self.parent).target}: {self.name}"

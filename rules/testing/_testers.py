@@ -73,7 +73,7 @@ class RuleReport:
 _tested: contextvars.ContextVar[Any] = contextvars.ContextVar("rules_tested", default=None)
 
 
-def _arg(index: int, path: str = "") -> str | None:
+def _arg(index: int, path: str = "") -> str:
     if index == -1:  # the function itself: a callable with differentiable fields
         return "the function itself (f_bar)" + (f" at path {path}" if path else "")
     return describe_argument(index, path, fn=_tested.get())
@@ -383,7 +383,7 @@ class _RruleSpec(NamedTuple):
     f: Any
     rrule_f: Any
     seed: int
-    index: tuple
+    indices: tuple  # not `index`, which would shadow tuple.index (here and in the specs below)
     check_thunked: bool
 
 
@@ -402,7 +402,7 @@ def _rrule_body(spec: _RruleSpec, ps: tuple, fkwargs: dict, output_tangent: Any)
                dense={}, masks={}, broken=[], inplace=[], again={})
     for i in range(-1, len(ps)):
         x, ct = _slot(f, ps, i), cts[1 + i]
-        if i not in spec.index:
+        if i not in spec.indices:
             _check_no_tangent(tester, name, i, ct, "function" if i < 0 else ("marked" if _perturbable(x) else "fixed"))
             continue
         parts = jax.tree_util.tree_flatten_with_path(ct, is_leaf=lambda t: isinstance(t, InplaceableThunk))[0]
@@ -553,8 +553,8 @@ def test_rrule(
 
     modes = "fwd+rev" if _has(frule, f, primals) else ""
     lowered = problem.without(set(broken) | set(masks))  # JAX would raise on a NotImplementedTangent
-    if _unlowered(f, problem):
-        checks.append(_unlowered(f, problem))
+    if unlowered := _unlowered(f, problem):
+        checks.append(unlowered)
     elif lowered.index:
         checks += _lowered(tester, name, _check_lowered_vjp, lowered, y_bar_dense, y, dense,
                            check_jit, check_vmap, seed)
@@ -758,7 +758,7 @@ _LOWERED = {"vjp": _lowered_vjp, "jvp": _lowered_jvp}
 class _VariantsSpec(NamedTuple):
     what: str  # "vjp" or "jvp"
     prim: Any
-    index: tuple
+    indices: tuple
     vmap: bool
     jit: bool  # traced into one program (else run eagerly)
 
@@ -769,7 +769,7 @@ def _batch_axes(tree: Any) -> Any:
 
 def _variants_body(spec: _VariantsSpec, full, fkwargs, a0, o0, a1=None, o1=None, ab=None, ob=None):
     """The lowered primitive at (a0, o0); with vmap, also at (a1, o1) and batched at (ab, ob)."""
-    fn = functools.partial(_LOWERED[spec.what], spec.prim, spec.index, full, fkwargs)
+    fn = functools.partial(_LOWERED[spec.what], spec.prim, spec.indices, full, fkwargs)
     if not spec.vmap:
         return fn(a0, o0)
     once = jax.jit(fn) if spec.jit else fn  # traced once for the three uses (a pjit in the program)
@@ -863,7 +863,7 @@ class _FruleSpec(NamedTuple):
     f: Any
     frule_f: Any
     seed: int
-    index: tuple
+    indices: tuple
     transposable: bool  # an rrule applies too: check the two are transposes
 
 
@@ -880,7 +880,7 @@ def _frule_body(spec: _FruleSpec, ps: tuple, given: tuple, fkwargs: dict) -> dic
     _check_dtypes(tester, name, value, y, "output")
     out = dict(y=y, y_expected=unwrap(f)(*ps, **fkwargs), inplace=inplace, mask=mask,
                y_dot_dense=dense_like(value, y, name=name), transposed=None)
-    if spec.transposable and spec.index and not any(mask):
+    if spec.transposable and spec.indices and not any(mask):
         out["transposed"] = _transposition_cotangents(spec, ps, fkwargs, y)
     return out
 
@@ -971,8 +971,8 @@ def test_frule(
                 _check_traced_like_eager(tester, name, "the frule's tangent", y_dot_dense, eager, problem, y, "the output")
             raise
         checks.append("finite differences")
-        if _unlowered(f, problem):
-            checks.append(_unlowered(f, problem))
+        if unlowered := _unlowered(f, problem):
+            checks.append(unlowered)
         elif not any(mask) and lowered_rules(f, primals)[0] is None:  # lowered through custom_jvp: jax.jvp works
             checks += _lowered(tester, name, _check_lowered_jvp, problem, y_dot_dense, y, check_jit, check_vmap, seed)
         if ev["transposed"] is not None:
@@ -988,7 +988,7 @@ def _transposition_cotangents(spec: _FruleSpec, ps: tuple, fkwargs: dict, y: Any
     _, pullback = _call_rule("test_frule", spec.name, "rrule", lambda: rrule(spec.f, *ps, **fkwargs))
     cts = _check_arity("test_frule", spec.name, pullback(y_bar), len(ps))
     x_bars = []
-    for i in spec.index:
+    for i in spec.indices:
         value = _evaluated(cts[1 + i])
         if any(not_implemented_mask(value, _slot(spec.f, ps, i))):
             return ()
@@ -1150,4 +1150,4 @@ def _check_embedding(name, kind, what, real, embedded, rtol, atol) -> None:
 
 
 for _tester in (test_rrule, test_frule, test_scalar):
-    _tester.__test__ = False  # type: ignore[attr-defined]
+    setattr(_tester, "__test__", False)  # named test_*, but not tests: pytest must not collect them

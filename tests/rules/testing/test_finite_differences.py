@@ -464,11 +464,14 @@ def test_large_batch_loop_complex(looped):
 
 def test_large_batch_loop_gives_the_same_step_and_estimate(monkeypatch):
     f = lambda x: jnp.tanh(x) * jnp.log(x)  # noqa: E731
-    tangents = (jnp.asarray(_rng.standard_normal(4)),)
+    # its own generator: the shared one's state depends on which tests ran before
+    tangents = (jnp.asarray(np.random.default_rng(11).standard_normal(4)),)
     small = fd_jvp(M, f, (X,), tangents)
     scalar_small = central_fdm(5, 1).estimate_step(jnp.exp, 0.3)
     monkeypatch.setattr(fd_module, "_VMAP_ELEMENTS", 0)
-    np.testing.assert_allclose(fd_jvp(M, f, (X,), tangents), small, rtol=1e-12, atol=1e-15)
+    # the same step and stencil; the loop reduces on the device in another order, so the
+    # estimates agree to rounding of the differences (~1e-12), not bit for bit
+    np.testing.assert_allclose(fd_jvp(M, f, (X,), tangents), small, rtol=1e-10, atol=1e-15)
     scalar_large = central_fdm(5, 1).estimate_step(jnp.exp, 0.3)
     np.testing.assert_allclose(scalar_large, scalar_small, rtol=1e-12)
     assert abs(central_fdm(5, 1)(jnp.sin, 1.0) - math.cos(1.0)) < 1e-12
