@@ -208,7 +208,7 @@ class _Problem:
         self.index = ([-1] if self.f_perturbed else []) + [
             i for i, (x, t) in enumerate(zip(primals, tangents)) if _perturbable(x) and not isinstance(t, NoTangent)
         ]
-        self.raw, self.prim = unwrap(f), (f if isinstance(f, Primitive) else Primitive(f))
+        self.raw = unwrap(f)
         every = (f_dot, *tangents)
         self.args = tuple(self.primal(i) for i in self.index)
         self.tangents = tuple(dense_like(every[1 + i], self.primal(i)) for i in self.index)
@@ -235,10 +235,6 @@ class _Problem:
     def raw_fn(self, *dargs):
         f, *full = self.merge(dargs)
         return unwrap(f)(*full, **self.fkwargs)
-
-    def prim_fn(self, *dargs):
-        _, *full = self.merge(dargs)  # the lowered checks never perturb f
-        return self.prim(*full, **self.fkwargs)
 
     def size(self) -> int:
         return sum(np.size(l) * (2 if jnp.iscomplexobj(l) else 1) for l in jax.tree_util.tree_leaves(self.args) if is_differentiable_leaf(l))
@@ -463,7 +459,10 @@ def test_rrule(
     `NotImplementedTangent` (`rules.not_implemented`) is not checked, as ChainRulesTestUtils
     marks it broken rather than failed. float32 rules are differenced in float64 with looser
     default tolerances. `rrule_f(f, *args, **fkwargs)` replaces `rules.rrule`, e.g.
-    `rules.rrule_via_ad` to check JAX's own derivative in ChainRules' conventions.
+    `rules.rrule_via_ad` to check JAX's own derivative in ChainRules' conventions. With
+    `check_jit` (the default) the rule is evaluated as one compiled program, traced on every
+    call (its code as it is now is checked) and compiled once for calls that trace alike;
+    with `check_jit=False` everything runs eagerly.
 
     >>> import jax.numpy as jnp
     >>> import rules
