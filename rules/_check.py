@@ -33,7 +33,7 @@ from ._registry import examples_of, frule, function_name, functions_with_example
 
 __all__ = [
     "CheckRow", "Column", "COLUMNS", "format_table",
-    "CheckImportError", "library_modules", "default_modules", "import_modules", "cases",
+    "CheckImportError", "WorkerError", "library_modules", "default_modules", "import_modules", "cases",
     "iter_check", "iter_check_parallel", "default_jobs", "check_all", "write_json", "write_junit_xml", "main",
 ]
 
@@ -306,8 +306,13 @@ def iter_check(todo: list[tuple[Any, tuple]], progress: TextIO | None = None) ->
     `progress` gets `[n/total] function example ...` before each check: rewritten in place
     on a terminal, one line each otherwise (a CI log shows what is running).
     """
+    yield from _iter_from(todo, progress, 0)
+
+
+def _iter_from(todo: list[tuple[Any, tuple]], progress: TextIO | None, done: int) -> Iterator[CheckRow]:
+    """`iter_check` of `todo[done:]`, its progress lines counted over all of `todo`."""
     live = progress is not None and progress.isatty()
-    for n, (f, example) in enumerate(todo, 1):
+    for n, (f, example) in enumerate(todo[done:], done + 1):
         if progress is not None:
             line = f"[{n}/{len(todo)}] {function_name(f)} {_describe(example)} ..."
             progress.write(f"\r\033[K{line}" if live else f"{line}\n")
@@ -324,19 +329,29 @@ def iter_check(todo: list[tuple[Any, tuple]], progress: TextIO | None = None) ->
 # processes. Functions and examples are not picklable (lambdas, closures), so each worker
 # imports the same modules, lists the same cases in the same order, and is sent indices.
 _WORKER_CASES: list[tuple[Any, tuple]] = []
+_WORKER_PROBLEM: list[str] = []
+
+
+class WorkerError(Exception):
+    """A worker process of `check --jobs` cannot check the examples it is sent."""
 
 
 def _worker_start(given: list[str], explicit: bool, expected: list[tuple[str, str]]) -> None:
     jax.config.update("jax_enable_x64", True)
-    imported = import_modules(given)
+    try:
+        imported = import_modules(given)
+    except CheckImportError as err:
+        _WORKER_PROBLEM.append(f"importing the modules failed: {err}")
+        return
     _WORKER_CASES[:] = cases(imported if explicit else None)
     listed = [(function_name(f), _describe(example)) for f, example in _WORKER_CASES]
     if listed != expected:  # a module that registers examples differently on each import
-        raise RuntimeError("python -m rules check --jobs: a worker process listed other examples "
-                           "than the main process; run with --jobs 1")
+        _WORKER_PROBLEM.append("a worker's import of the modules registered other examples than this process's")
 
 
 def _worker_check(n: int) -> CheckRow:
+    if _WORKER_PROBLEM:  # raised here, not in the initializer: the pool reports it, without tracebacks
+        raise WorkerError(_WORKER_PROBLEM[0])
     return _check_one(*_WORKER_CASES[n])
 
 
@@ -352,13 +367,17 @@ def iter_check_parallel(
 ) -> Iterator[CheckRow]:
     """`iter_check` over `jobs` worker processes, which import the modules `given` (as
     `import_modules` names them; `explicit`: only their cases, else every case registered).
-    Rows come in `todo`'s order, each as soon as it and those before it are done."""
+    Rows come in `todo`'s order, each as soon as it and those before it are done. If the
+    workers cannot check (their imports list other examples, or a worker dies), the examples
+    not done yet are checked in this process, after a line on stderr saying why."""
     import concurrent.futures as futures
     import multiprocessing
+    from concurrent.futures.process import BrokenProcessPool
 
     expected = [(function_name(f), _describe(example)) for f, example in todo]
     live = progress is not None and progress.isatty()
     context = multiprocessing.get_context("spawn")  # JAX's threads do not survive fork
+    done = 0
     with futures.ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_start,
                                      initargs=(list(given), explicit, expected)) as pool:
         pending = [pool.submit(_worker_check, n) for n in range(len(todo))]
@@ -368,11 +387,21 @@ def iter_check_parallel(
                 line = f"[{n}/{len(todo)}] {function_name(f)} {_describe(example)} ..."
                 progress.write(f"\r\033[K{line}" if live else f"{line}\n")
                 progress.flush()
-            row = future.result()
+            try:
+                row = future.result()
+            except (WorkerError, BrokenProcessPool) as err:
+                for later in pending:
+                    later.cancel()
+                print(f"python -m rules check: the worker processes cannot check ({err or type(err).__name__}); "
+                      f"checking the {len(todo) - done} examples left in this process", file=sys.stderr, flush=True)
+                break
             if live and progress is not None:
                 progress.write("\r\033[K")
                 progress.flush()
+            done += 1
             yield row
+    if done < len(todo):
+        yield from _iter_from(todo, progress, done)
 
 
 def check_all(modules: Iterable[str] | None = None, progress: TextIO | None = None) -> list[CheckRow]:

@@ -229,6 +229,23 @@ def test_jobs_check_in_worker_processes_with_the_same_rows_in_the_same_order(che
     assert "3 passed, 1 failed: 4 examples of 3 functions checked" in again.stdout
 
 
+def test_jobs_fall_back_to_this_process_when_workers_list_other_examples(tmp_path):
+    """A module that registers examples differently in a worker process (here: one more in
+    the main process) cannot be checked by workers: the examples are checked in the main
+    process, after a line saying why, with no traceback."""
+    _write(tmp_path, "zj_unsteady.py", GOOD + textwrap.dedent('''
+        import multiprocessing
+
+        if multiprocessing.parent_process() is None:  # the main process only
+            rules.register_examples(good_cube, [(np.array([1.0, 2.0, 3.0]),)])
+    '''))
+    proc = _check("check", "zj_unsteady", "--jobs", "2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "3 passed, 0 failed: 3 examples of 1 functions checked" in proc.stdout
+    assert "the worker processes cannot check" in proc.stderr and "checking the 3 examples left" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_help_exits_0_and_lists_the_options(tmp_path):
     proc = _check("check", "--help", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
