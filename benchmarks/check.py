@@ -22,7 +22,8 @@ def _timed(args: list[str]) -> tuple[float, str]:
     proc = subprocess.run([sys.executable, "-m", "rules", "check", *args], capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
-        raise RuntimeError(f"`python -m rules check {' '.join(args)}` failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+        command = " ".join(["python -m rules check", *args])
+        raise RuntimeError(f"`{command}` failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     summary = next(line for line in proc.stdout.splitlines() if " passed, " in line)
     return seconds, summary
 

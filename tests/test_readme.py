@@ -13,7 +13,8 @@ README = (ROOT / "README.md").read_text()
 def test_readme_opens_with_the_main_job_and_the_test_command():
     first_block = re.search(r"```bash\n(.*?)```", README, flags=re.S).group(1)
     lines = [line.split("#")[0].strip() for line in first_block.strip().splitlines()]
-    assert lines == ['pip install -e . && python -m rules check', 'pip install -e ".[test]" && python -m pytest -n auto']
+    assert lines == ['pip install -e . && python -m rules check',
+                     'pip install -e ".[test]" && python -m pytest -n auto']
     ci = (ROOT / ".ci" / "run").read_text()
     assert lines[1] in ci  # CI runs exactly the README's test command
 

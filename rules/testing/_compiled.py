@@ -90,7 +90,8 @@ class _Traced:
 
     def rebuild(self, values: list) -> Any:
         it = iter(values)
-        return jax.tree_util.tree_unflatten(self.out_tree, [next(it) if t else leaf for leaf, t in zip(self.kept, self.is_traced)])
+        leaves = [next(it) if t else leaf for leaf, t in zip(self.kept, self.is_traced)]
+        return jax.tree_util.tree_unflatten(self.out_tree, leaves)
 
 
 def program_key(jaxpr: Any) -> tuple:

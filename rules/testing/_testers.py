@@ -538,7 +538,8 @@ def test_rrule(
             if compiled:  # a rule wrong only when traced is reported as that
                 eager = evaluate(primals, fkwargs, output_tangent)["dense"]
                 for i in dense:
-                    _check_traced_like_eager(tester, name, "the pullback's cotangent", dense[i], eager[i], problem, y, _arg(i))
+                    _check_traced_like_eager(tester, name, "the pullback's cotangent", dense[i], eager[i],
+                                             problem, y, _arg(i))
             raise
         checks.append(f"finite differences ({use_mode})")
 
@@ -687,7 +688,8 @@ def _inplaceable_sums(tester, name, i, part: InplaceableThunk, path: Any) -> tup
     except Exception:  # noqa: BLE001 - reported below as a failure of the thunk itself
         leaf_like = None
     if leaf_like is None:
-        _fail(tester, name, "the InplaceableThunk's val cannot be evaluated", argument=_arg(i, jax.tree_util.keystr(path)))
+        _fail(tester, name, "the InplaceableThunk's val cannot be evaluated",
+              argument=_arg(i, jax.tree_util.keystr(path)))
     acc = jnp.asarray(rand_tangent(leaf_like, seed=7))
     return part.add_fn(acc), acc + unthunk(part.val)
 
@@ -967,7 +969,8 @@ def test_frule(
         except AssertionError:
             if compiled:  # a rule wrong only when traced is reported as that
                 eager = evaluate(primals, given, fkwargs)["y_dot_dense"]
-                _check_traced_like_eager(tester, name, "the frule's tangent", y_dot_dense, eager, problem, y, "the output")
+                _check_traced_like_eager(tester, name, "the frule's tangent", y_dot_dense, eager, problem, y,
+                                         "the output")
             raise
         checks.append("finite differences")
         if unlowered := _unlowered(f, problem):
