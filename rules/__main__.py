@@ -1,4 +1,5 @@
-"""`python -m rules check [MODULE ...] [--jobs N] [--json PATH] [--junit-xml PATH]`: verify rules with examples."""
+"""`python -m rules check [MODULE ...] [--jobs N] [--cache-dir DIR] [--json PATH] [--junit-xml PATH]`:
+verify rules with examples."""
 
 import sys
 

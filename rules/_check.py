@@ -34,7 +34,7 @@ from ._registry import examples_of, frule, function_name, functions_with_example
 __all__ = [
     "CheckRow", "Column", "COLUMNS", "format_table",
     "CheckImportError", "WorkerError", "library_modules", "default_modules", "import_modules", "cases",
-    "iter_check", "iter_check_parallel", "default_jobs", "check_all", "write_json", "write_junit_xml", "main",
+    "iter_check", "iter_check_parallel", "default_jobs", "use_compilation_cache", "check_all", "write_json", "write_junit_xml", "main",
 ]
 
 # ------------------------------------------------------------------------------------------
@@ -336,8 +336,10 @@ class WorkerError(Exception):
     """A worker process of `check --jobs` cannot check the examples it is sent."""
 
 
-def _worker_start(given: list[str], explicit: bool, expected: list[tuple[str, str]]) -> None:
+def _worker_start(given: list[str], explicit: bool, expected: list[tuple[str, str]], cache_dir: str | None) -> None:
     jax.config.update("jax_enable_x64", True)
+    if cache_dir:
+        use_compilation_cache(cache_dir)
     try:
         imported = import_modules(given)
     except CheckImportError as err:
@@ -355,6 +357,16 @@ def _worker_check(n: int) -> CheckRow:
     return _check_one(*_WORKER_CASES[n])
 
 
+def use_compilation_cache(directory: str) -> None:
+    """Keep every compiled program in `directory` (JAX's persistent compilation cache), the
+    checks' small ones included: a later check that compiles the same program (an unchanged
+    rule) reads it instead. JAX keys an entry by the program itself, its compile options and
+    the JAX and jaxlib versions, so a changed rule or JAX compiles anew."""
+    jax.config.update("jax_compilation_cache_dir", directory)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
 def default_jobs(n_cases: int) -> int:
     """Worker processes for `n_cases` examples: one per core, but one process (no workers)
     below 32 examples, where starting JAX in a new process costs more than it saves."""
@@ -363,7 +375,8 @@ def default_jobs(n_cases: int) -> int:
 
 
 def iter_check_parallel(
-    todo: list[tuple[Any, tuple]], given: list[str], explicit: bool, jobs: int, progress: TextIO | None = None
+    todo: list[tuple[Any, tuple]], given: list[str], explicit: bool, jobs: int, progress: TextIO | None = None,
+    cache_dir: str | None = None,
 ) -> Iterator[CheckRow]:
     """`iter_check` over `jobs` worker processes, which import the modules `given` (as
     `import_modules` names them; `explicit`: only their cases, else every case registered).
@@ -379,7 +392,7 @@ def iter_check_parallel(
     context = multiprocessing.get_context("spawn")  # JAX's threads do not survive fork
     done = 0
     with futures.ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_start,
-                                     initargs=(list(given), explicit, expected)) as pool:
+                                     initargs=(list(given), explicit, expected, cache_dir)) as pool:
         pending = [pool.submit(_worker_check, n) for n in range(len(todo))]
         for n, future in enumerate(pending, 1):
             if progress is not None:
@@ -490,6 +503,11 @@ def _parser() -> argparse.ArgumentParser:
         help="worker processes checking examples in parallel; default 0: one per core from 32 "
         "examples on, else 1 (no workers)",
     )
+    check.add_argument(
+        "--cache-dir", metavar="DIR",
+        help="keep the compiled programs in DIR (JAX's persistent compilation cache): a second check of "
+        "unchanged rules compiles nothing (about 3x faster); keep DIR between CI runs",
+    )
     check.add_argument("--json", metavar="PATH", help="also write the rows and a summary as JSON")
     check.add_argument("--junit-xml", metavar="PATH", help="also write a JUnit XML report (for CI test views)")
     return parser
@@ -501,7 +519,8 @@ def _error(message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m rules check [MODULE ...] [--jobs N] [--json PATH] [--junit-xml PATH]`; returns the exit status."""
+    """`python -m rules check [MODULE ...] [--jobs N] [--cache-dir DIR] [--json PATH] [--junit-xml PATH]`;
+    returns the exit status."""
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exit:  # --help (0) or a usage error (2), printed by argparse
@@ -513,6 +532,12 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as err:
             return _error(f"python -m rules check: cannot write a report to `{report}`: {err}")
     jax.config.update("jax_enable_x64", True)  # examples and finite differences in float64
+    if args.cache_dir:
+        try:
+            Path(args.cache_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            return _error(f"python -m rules check: cannot use `{args.cache_dir}` as the cache directory: {err}")
+        use_compilation_cache(args.cache_dir)
     try:
         imported = import_modules(args.modules or default_modules())
     except CheckImportError as err:
@@ -537,7 +562,8 @@ def main(argv: list[str] | None = None) -> int:
     jobs = args.jobs or default_jobs(len(todo))
     if jobs > 1:
         given = args.modules or default_modules()
-        checked = iter_check_parallel(todo, given, bool(args.modules), jobs, progress=sys.stderr)
+        checked = iter_check_parallel(todo, given, bool(args.modules), jobs, progress=sys.stderr,
+                                      cache_dir=args.cache_dir)
     else:
         checked = iter_check(todo, progress=sys.stderr)
     rows = []

@@ -246,11 +246,27 @@ def test_jobs_fall_back_to_this_process_when_workers_list_other_examples(tmp_pat
     assert "Traceback" not in proc.stderr
 
 
+def test_cache_dir_keeps_the_compiled_programs_for_the_next_check(tmp_path):
+    """`--cache-dir DIR`: JAX's persistent compilation cache, also for the checks' small
+    programs; a second check (here by worker processes) reads them and gives the same rows."""
+    _write(tmp_path, "zj_cached.py", GOOD)
+    cache = tmp_path / "xla-cache"
+    first = _check("check", "zj_cached", "--cache-dir", str(cache), cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    entries = set(p.name for p in cache.iterdir())
+    assert len(entries) >= 4  # the rule, finite differences and lowered programs of two examples
+    again = _check("check", "zj_cached", "--cache-dir", str(cache), "--jobs", "2", cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    rows = lambda out: [line.rsplit("|", 3)[0] for line in out.splitlines() if line.startswith("| ")]  # noqa: E731
+    assert rows(again.stdout) == rows(first.stdout)
+    assert set(p.name for p in cache.iterdir()) == entries  # every program read, none compiled anew
+
+
 def test_help_exits_0_and_lists_the_options(tmp_path):
     proc = _check("check", "--help", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: python -m rules check")
-    for text in ("MODULE", "--jobs N", "--json PATH", "--junit-xml PATH", "mypkg.rules", "path/to/myrules.py",
+    for text in ("MODULE", "--jobs N", "--cache-dir DIR", "--json PATH", "--junit-xml PATH", "mypkg.rules", "path/to/myrules.py",
                  "exit status: 0 all passed, 1 a rule failed, 2 usage or import error"):
         assert text in proc.stdout
 
