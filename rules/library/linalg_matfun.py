@@ -12,7 +12,7 @@ also importable from `rules.library.linalg_spectral`, where they used to live.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -65,6 +65,32 @@ def _eigen_function(A: jax.Array, f: Callable, df: Callable | None):
         return _sandwich(v, K * (_H(v) @ _herm(unthunk(X)) @ v))
 
     return y, daleckii_krein
+
+
+def _spectral_rules(prim: Any, f: Callable, df: Callable) -> None:
+    """Give the primitive `A -> f(A)` (one argument) its frule and rrule: the Daleckii-Krein
+    map of `_eigen_function`, which is its own adjoint, pushes A_dot forward and pulls Y_bar back."""
+    name = prim.__name__
+
+    def frule(tangents, A):
+        _, A_dot = tangents
+        y, frechet = _eigen_function(A, f, df)
+        return y, _pushed(frechet, A_dot)
+
+    def rrule(A):
+        project_A = ProjectTo(A)
+        y, frechet = _eigen_function(A, f, df)
+
+        def pullback(y_bar):
+            return NoTangent(), project_A(frechet(y_bar))
+
+        pullback.__name__ = pullback.__qualname__ = f"{name}_pullback"
+        return y, pullback
+
+    frule.__name__ = frule.__qualname__ = f"{name}_frule"
+    rrule.__name__ = rrule.__qualname__ = f"{name}_rrule"
+    prim.frule(frule)
+    prim.rrule(rrule)
 
 
 # ----- sym_matrix_function ------------------------------------------------------------------
@@ -157,22 +183,7 @@ def sqrtm_psd(A: jax.Array) -> jax.Array:
     return _apply(A, _sqrt)
 
 
-@sqrtm_psd.frule
-def sqrtm_psd_frule(tangents, A):
-    _, A_dot = tangents
-    y, frechet = _eigen_function(A, _sqrt, _dsqrt)
-    return y, _pushed(frechet, A_dot)
-
-
-@sqrtm_psd.rrule
-def sqrtm_psd_rrule(A):
-    project_A = ProjectTo(A)
-    y, frechet = _eigen_function(A, _sqrt, _dsqrt)
-
-    def sqrtm_psd_pullback(y_bar):
-        return NoTangent(), project_A(frechet(y_bar))
-
-    return y, sqrtm_psd_pullback
+_spectral_rules(sqrtm_psd, _sqrt, _dsqrt)
 
 
 # ----- expm_sym -----------------------------------------------------------------------------
@@ -200,22 +211,7 @@ def expm_sym(A: jax.Array) -> jax.Array:
     return _apply(A, jnp.exp)
 
 
-@expm_sym.frule
-def expm_sym_frule(tangents, A):
-    _, A_dot = tangents
-    y, frechet = _eigen_function(A, jnp.exp, jnp.exp)
-    return y, _pushed(frechet, A_dot)
-
-
-@expm_sym.rrule
-def expm_sym_rrule(A):
-    project_A = ProjectTo(A)
-    y, frechet = _eigen_function(A, jnp.exp, jnp.exp)
-
-    def expm_sym_pullback(y_bar):
-        return NoTangent(), project_A(frechet(y_bar))
-
-    return y, expm_sym_pullback
+_spectral_rules(expm_sym, jnp.exp, jnp.exp)
 
 
 # ----- logm_spd -----------------------------------------------------------------------------
@@ -242,20 +238,5 @@ def logm_spd(A: jax.Array) -> jax.Array:
     return _apply(A, jnp.log)
 
 
-@logm_spd.frule
-def logm_spd_frule(tangents, A):
-    _, A_dot = tangents
-    y, frechet = _eigen_function(A, jnp.log, _dlog)
-    return y, _pushed(frechet, A_dot)
-
-
-@logm_spd.rrule
-def logm_spd_rrule(A):
-    project_A = ProjectTo(A)
-    y, frechet = _eigen_function(A, jnp.log, _dlog)
-
-    def logm_spd_pullback(y_bar):
-        return NoTangent(), project_A(frechet(y_bar))
-
-    return y, logm_spd_pullback
+_spectral_rules(logm_spd, jnp.log, _dlog)
 
