@@ -29,6 +29,15 @@ def _count(jaxpr, name):
 
 
 @pytest.fixture
+def shipped():
+    """`shipped(module)`: the names of the functions whose examples `rules.library.<module>`
+    registers (the checks themselves run in test_every_example.py)."""
+    from rules._registry import function_name, functions_with_examples
+
+    return lambda module: {function_name(f) for f in functions_with_examples([f"rules.library.{module}"])}
+
+
+@pytest.fixture
 def count_equations():
     """`count_equations(jaxpr, name)`: equations named `name` in a jaxpr and its sub-jaxprs."""
     return _count

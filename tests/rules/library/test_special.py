@@ -9,15 +9,8 @@ import scipy.special as ss
 
 import rules
 from rules import NoTangent
-from rules._registry import examples_of, function_name, functions_with_examples
 from rules.library import special
 from rules.testing import test_frule, with_tangent
-
-CASES = [
-    pytest.param(f, ex, id=f"{function_name(f)}-{k}")
-    for f in functions_with_examples(["rules.library.special"])
-    for k, ex in enumerate(examples_of(f))
-]
 
 # Each function of x alone, with its other argument fixed at a non-integer value.
 UNARY = {
@@ -43,11 +36,10 @@ def _fd(f, x, h=1e-3):
     return (f(x - 2 * h) - 8 * f(x - h) + 8 * f(x + h) - f(x + 2 * h)) / (12 * h)
 
 
-# ----- the testers on every registered example --------------------------------------------------
-def test_the_module_ships_its_rules():
-    shipped = {function_name(f) for f, _ in (c.values for c in CASES)}
-    assert set(special.__all__) <= shipped and len(shipped) >= 12
-
+# ----- the module's functions (their examples are checked in test_every_example.py) --------
+def test_the_module_ships_its_rules(shipped):
+    names = shipped("special")
+    assert set(special.__all__) <= names and len(names) >= 12
 
 
 @pytest.mark.parametrize("name", ORDERED)
