@@ -373,7 +373,7 @@ def _check_dtypes(tester, name, t, primal, index) -> None:
 
 
 class _RruleSpec(NamedTuple):
-    """What `_rrule_body` reads besides its arguments (the key of its compiled program)."""
+    """What `_rrule_body` reads besides its arguments: fixed while it is traced."""
 
     name: str
     f: Any
@@ -781,7 +781,9 @@ _PRIMITIVES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _primitive_for(f: Any) -> Any:
-    """The primitive of `f`, one per f while f lives, so that compiled checks of it are kept."""
+    """The primitive of `f`, one per f while f lives: its lowerings, and so the callables in
+    the programs traced through it, stay the same objects from check to check, and a
+    compilation keyed on them (`_compiled.program_key`) is reused."""
     if isinstance(f, Primitive):
         return f
     try:
@@ -800,8 +802,8 @@ def _check_variants(tester, problem, what, other, batch_other, against_rule, che
 
     It must equal the rule (`against_rule(label, result)` fails otherwise). With vmap, a batch
     of two points must equal the primitive looped over them. With jit on, one compiled
-    program evaluates it at both points and batched: one compilation, kept for a later call
-    with the same function and signature, where eager evaluation would compile each
+    program evaluates it at both points and batched: one compilation, reused by a later call
+    that traces to the same program, where eager evaluation would compile each
     operation of the rule again in every context JAX evaluates it in. The second point is
     the first moved slightly; if f is not finite there where it is at the first (arccos near
     1), a shorter move is tried, by the same program.
@@ -858,7 +860,7 @@ def _check_forward_by_transposition(tester, name, problem, y_bar_dense, y, dense
 
 
 class _FruleSpec(NamedTuple):
-    """What `_frule_body` reads besides its arguments (the key of its compiled program)."""
+    """What `_frule_body` reads besides its arguments: fixed while it is traced."""
 
     name: str
     f: Any
