@@ -51,11 +51,12 @@ from ._registry import check_frule_result, check_rrule_result, frule, function_n
 from ._tangent import Tangent, children_with_names
 from ._thunks import unthunk
 from ._zeros import AbstractZero, NoTangent, ZeroTangent
+from . import _hijax
 
 __all__ = ["call_lowered", "is_tracer", "bypass_in_own_rule", "conj_tree"]
 
 DIFF, NONDIFF, STATIC = 0, 1, 2
-VJP, JVP, JVP_BY_TRANSPOSE = "vjp", "jvp", "jvp by transposing the pullback"
+VJP, JVP, JVP_BY_TRANSPOSE, DUAL = "vjp", "jvp", "jvp by transposing the pullback", "dual"
 _Tracer = jax.core.Tracer
 _MAX_ALL_PATTERNS = 3
 _CACHE_SIZE = 512
@@ -238,7 +239,9 @@ def call_lowered(prim: Any, args: tuple, kwargs: dict, leaves: list, treedef: An
     # reverse mode (and no differentiation) through the rrule; forward mode through the
     # frule, or, for an rrule alone, through the transpose of its pullback
     mode = VJP if rr is not None else JVP
-    if mode == VJP and any(map(_in_forward_mode, dyn)):
+    if mode == VJP and _hijax.ENABLED:
+        mode = DUAL  # one primitive that JAX asks for the rule each transformation needs
+    elif mode == VJP and any(map(_in_forward_mode, dyn)):
         mode = JVP if fr is not None else JVP_BY_TRANSPOSE
     key = (rr, fr, mode, treedef, kinds, tuple(_static_key(leaf) if k == STATIC else None for leaf, k in zip(leaves, kinds)))
     cache = prim._lowered
@@ -250,6 +253,8 @@ def call_lowered(prim: Any, args: tuple, kwargs: dict, leaves: list, treedef: An
         if len(cache) >= _CACHE_SIZE:
             cache.clear()
         lowered = cache[key] = _Lowered(prim, rr, fr, treedef, kinds, statics, mode)
+    if mode == DUAL:
+        return _hijax.call(lowered, dyn)
     try:
         return lowered.fn(*dyn)
     except TypeError as err:
@@ -356,7 +361,11 @@ class _Lowered:
         n_pos = treedef.children()[0].num_leaves
         # dynamic inputs given by keyword: constants to the rules (checked when differentiated)
         self.keyword_inputs = [(d, flat) for d, flat in enumerate(self.dyn_index) if flat >= n_pos]
-        if mode == VJP:
+        self.hi_out_types: dict = {}  # DUAL: output avals and tree per input avals
+        self.hi_forward: dict = {}  # DUAL, rrule alone: per signature, why forward mode fails (or None)
+        if mode == DUAL:
+            fn = None  # called through `_hijax.call`
+        elif mode == VJP:
             fn = jax.custom_vjp(self.primal)
             fn.defvjp(self.fwd, self.bwd, symbolic_zeros=True)
         else:

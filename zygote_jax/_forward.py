@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import rules
+from rules._hijax import forward_mode_required
 
 from ._api import _check_scalar
 from ._args import ArgSpec, with_int_retry
@@ -60,7 +61,8 @@ def _second_derivative(fn: Callable, x: Any, forward: bool) -> Any:
     with deriving():
         if forward:
             try:
-                return jax.jacfwd(grad_fn)(x)
+                with forward_mode_required():  # raise when traced, also under jax.jit
+                    return jax.jacfwd(grad_fn)(x)
             except rules.ForwardModeError:
                 pass  # a primitive without forward mode: differentiate the gradient in reverse
         return jax.jacrev(grad_fn)(x)
@@ -214,7 +216,7 @@ def forward_jacobian(f: Callable, x: Any) -> tuple[Any, Any]:
             )
         return y, y
 
-    with deriving():
+    with deriving(), forward_mode_required():
         J, y = jax.jacfwd(f_with_value, has_aux=True)(x)
     return y, jnp.reshape(J, (int(np.size(y)), int(np.size(x)))).T
 

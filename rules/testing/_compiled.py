@@ -111,6 +111,15 @@ def program_key(jaxpr: Any) -> tuple:
         elif isinstance(value, (tuple, list)):
             for item in value:
                 visit(item)
+        elif hasattr(value, "__rules_program_key__"):  # a primitive with its rules (rules._hijax)
+            found.extend(map(_ByIdentity, value.__rules_program_key__()))
+            try:
+                expansion = value.__rules_expansion__()
+            except Exception:  # cannot be traced alone: never reuse a program holding it
+                found.append(_ByIdentity(value))
+            else:
+                found.append(str(expansion))
+                visit(expansion)
         elif callable(value) and not isinstance(value, type):
             found.append(_ByIdentity(value))
 

@@ -7,7 +7,8 @@ import pytest
 
 import rules
 from rules import NoTangent
-from rules._lowering import JVP, VJP
+from rules import _hijax
+from rules._lowering import DUAL, JVP, VJP
 from rules.testing import rand_tangent, test_approx, test_frule
 
 
@@ -44,10 +45,10 @@ def count_equations():
 
 
 def _check_forward_mode(f, *args, static=(), full=False, **options):
-    """jax.jit(jax.vmap(jax.jvp)) equals the frule (the batch: the input twice, with tangents
-    x_dot and 2 x_dot) and runs it (custom_jvp); jax.vjp runs the rrule (custom_vjp). With
-    `full`, test_frule too (finite differences, the frule/rrule transposition). `static`:
-    trailing positional options; `options`: keywords."""
+    """jax.jit(jax.vmap(jax.jvp)) and jax.linearize equal the frule (the batch: the input
+    twice, with tangents x_dot and 2 x_dot) and run it; jax.vjp runs the rrule. With `full`,
+    test_frule too (finite differences, the frule/rrule transposition). `static`: trailing
+    positional options; `options`: keywords."""
     if full:
         assert "frule/rrule transposition" in test_frule(f, *args, *static, **options).checks
     tangents = tuple(rand_tangent(x, seed=2) for x in args)
@@ -63,9 +64,15 @@ def _check_forward_mode(f, *args, static=(), full=False, **options):
     both = jvp(tuple(jnp.stack([x, x]) for x in args), tuple(jnp.stack([t, 2 * t]) for t in tangents))
     for k in (0, 1):
         test_approx(jax.tree.map(lambda t: t[k] / (k + 1), both), y_dot, **tol)
-    assert {lowered.mode for lowered in f._lowered.values()} == {JVP}
-    jax.eval_shape(lambda *args: jax.vjp(g, *args)[0], *args)
-    assert {lowered.mode for lowered in f._lowered.values()} == {JVP, VJP}
+    if not _hijax.ENABLED:  # jax.custom_jvp for forward mode, chosen when called
+        assert {lowered.mode for lowered in f._lowered.values()} == {JVP}
+        jax.eval_shape(lambda *args: jax.vjp(g, *args)[0], *args)
+        assert {lowered.mode for lowered in f._lowered.values()} == {JVP, VJP}
+        return
+    # one primitive serves both modes; its pushforward evaluates the frule (not the pullback)
+    assert [(lowered.mode, lowered.fr is not None) for lowered in f._lowered.values()] == [(DUAL, True)]
+    assert "pushforward of" in str(jax.make_jaxpr(lambda *a: jax.jvp(g, a, tangents))(*args))
+    test_approx(jax.linearize(g, *args)[1](*tangents), y_dot, **tol)
 
 
 @pytest.fixture

@@ -1,0 +1,420 @@
+"""Dual-mode lowering: a primitive with an rrule becomes one JAX primitive that keeps its rules.
+
+`jax.custom_vjp` cannot serve forward mode, and a choice made when the primitive is called
+(frule under `jax.jvp`, rrule otherwise) is frozen into any jaxpr traced before the
+differentiation: `jax.jvp(jax.jit(f))`, `jax.linearize`, a `scan` body. Here the primitive
+is staged as JAX's experimental "hijax" primitive (`jax.experimental.hijax.VJPHiPrimitive`),
+which JAX asks, at each transformation, for the rule it needs:
+
+* `jax.vjp` / `jax.grad` (JAX linearizes "for a VJP"): the rrule's forward pass now, its
+  pullback when JAX transposes (`vjp_fwd` / `vjp_bwd`);
+* `jax.jvp` / `jax.jacfwd`, and `jax.linearize` (a linearization not for a VJP): the output
+  tangent is a second primitive, `_Pushforward`, linear in the tangents, which evaluates
+  the frule (or, for an rrule alone, the transposed pullback) and transposes by the rrule.
+  So reverse mode through a forward-mode trace (`jax.checkpoint`, which differentiates by
+  JVP and transposition) still runs the rrule;
+* `jax.vmap`: `_Batched`, the same protocol with every function vmapped.
+
+The rules themselves, and every conversion between ChainRules' tangents and JAX's, stay in
+`_lowering._Lowered`; this module only routes. The hijax API is experimental and changes
+between JAX releases: `AVAILABLE` checks for what is used here, and without it the lowering
+falls back to `jax.custom_vjp` / `jax.custom_jvp` (forward mode then chosen when the
+primitive is called, as documented in docs/design.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+from typing import Any, Iterator
+
+import jax
+import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
+
+from ._errors import ForwardModeError
+
+__all__ = ["AVAILABLE", "ENABLED", "call", "forward_mode_required"]
+
+try:  # pragma: no branch - which branch runs depends on the installed JAX
+    from jax.experimental import hijax as _hx
+    from jax._src import core as _core
+    from jax._src.interpreters import ad as _ad
+
+    _NEEDED = ("expand", "vjp_fwd", "vjp_bwd", "jvp", "lin", "linearized", "transpose", "batch")
+    AVAILABLE = (
+        tuple(int(p) for p in jax.__version__.split(".")[:2]) >= (0, 10)
+        and all(hasattr(_hx.VJPHiPrimitive, name) for name in _NEEDED)
+        and hasattr(_ad, "GradAccum")
+        and hasattr(_core, "unmapped_aval")
+        and hasattr(_core, "mapped_aval")
+    )
+except ImportError:  # pragma: no cover - JAX without hijax
+    AVAILABLE = False
+
+# `ZYGOTE_JAX_LOWERING=custom_vjp` forces the fallback (to compare, or to work around a JAX bug).
+ENABLED = AVAILABLE and os.environ.get("ZYGOTE_JAX_LOWERING", "hijax") != "custom_vjp"
+
+
+# Set by `forward_mode_required`: a pushforward that cannot be evaluated raises when traced.
+_strict_forward: contextvars.ContextVar[bool] = contextvars.ContextVar("rules_strict_forward", default=False)
+
+
+@contextlib.contextmanager
+def forward_mode_required() -> Iterator[None]:
+    """Inside, forward mode through an rrule whose pullback JAX cannot transpose raises
+    `ForwardModeError` when traced, not when evaluated or compiled (for a caller that falls
+    back to reverse mode, as `zygote_jax.hessian` does, also under `jax.jit`).
+
+    Outside, the error waits for the pushforward to be evaluated: `jax.checkpoint`
+    differentiates by JVP and transposition, and the transposition runs the rrule.
+    """
+    token = _strict_forward.set(True)
+    try:
+        yield
+    finally:
+        _strict_forward.reset(token)
+
+
+def _is_zero(x: Any) -> bool:
+    return isinstance(x, (_hx.Zero, SymbolicZero))
+
+
+def _tangent_aval(aval: Any) -> Any:
+    return aval.to_tangent_aval()
+
+
+def _inexact(aval: Any) -> bool:
+    return jnp.issubdtype(aval.dtype, jnp.inexact)
+
+
+class _Primal:
+    """The (value, perturbed) pair that `_Lowered.fwd` reads (as jax.custom_vjp's own)."""
+
+    __slots__ = ("value", "perturbed")
+
+    def __init__(self, value: Any, perturbed: bool):
+        self.value, self.perturbed = value, perturbed
+
+
+if AVAILABLE:
+
+    class _Hi(_hx.VJPHiPrimitive):
+        """JAX's structured hijax interface over a protocol on flat lists of arrays.
+
+        Subclasses implement `expand_flat`, `jvp_flat`, `fwd_flat`, `bwd_flat`, `lin_flat`,
+        `linearized_flat` and, when linear in some inputs, `transpose_flat`. Inputs and
+        outputs are flat tuples of arrays; a zero tangent or cotangent is JAX's `Zero`; a
+        cotangent that is not there is None.
+        """
+
+        def __init__(self, in_avals, out_avals, **params):
+            self.in_avals, self.out_aval = tuple(in_avals), tuple(out_avals)
+            self.params = dict(params, in_avals=self.in_avals, out_avals=self.out_aval)
+            super().__init__()
+
+        # JAX's interface
+        def expand(self, *args):
+            return tuple(self.expand_flat(list(args)))
+
+        def jvp(self, primals, tangents):
+            out, out_dot = self.jvp_flat(list(primals), list(tangents))
+            return tuple(out), tuple(out_dot)
+
+        def vjp_fwd(self, nzs, *args):
+            out, res = self.fwd_flat(tuple(bool(n) for n in nzs), list(args))
+            return tuple(out), res
+
+        def vjp_bwd(self, res, cts, *accums):
+            for acc, ct in zip(accums, self.bwd_flat(res, list(cts))):
+                if ct is not None and isinstance(acc, _ad.GradAccum):
+                    acc.accum(ct)
+
+        def lin(self, nzs, *args):
+            out, res = self.lin_flat(tuple(bool(n) for n in nzs), list(args))
+            return tuple(out), res
+
+        def linearized(self, res, *tangents):
+            return tuple(self.linearized_flat(res, list(tangents)))
+
+        def transpose(self, cts, *args):
+            linear = [isinstance(a, _ad.GradAccum) or _ad.is_undefined_primal(a) for a in args]
+            got = self.transpose_flat(list(cts), [None if lin else a for a, lin in zip(args, linear)])
+            for acc, lin, ct in zip(args, linear, got):
+                if lin and ct is not None:
+                    acc.accum(ct)
+
+        def batch(self, axis_data, args, dims):
+            if all(d is None for d in dims):  # JAX may ask even when nothing is batched
+                return self(*args), (None,) * len(self.out_aval)
+            moved = [a if d is None or d == 0 else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims)]
+            batched = _Batched(self, tuple(None if d is None else 0 for d in dims), axis_data)
+            return batched(*moved), (0,) * len(self.out_aval)
+
+        def transpose_flat(self, cts, args):  # pragma: no cover - JAX transposes only linear ones
+            raise NotImplementedError(f"{self!r} is not linear in its inputs")
+
+        def __repr__(self) -> str:
+            return f"{type(self).__name__.strip('_').lower()}[{self.label()}]"
+
+        def label(self) -> str:
+            raise NotImplementedError
+
+        def __rules_program_key__(self) -> tuple:
+            """What tells two of these apart beyond the printed jaxpr (rules.testing's reuse)."""
+            raise NotImplementedError
+
+        def __rules_expansion__(self) -> Any:
+            """The jaxpr this stands for (its text and callables key rules.testing's reuse)."""
+            specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in self.in_avals]
+            return jax.make_jaxpr(self.expand)(*specs)
+
+    class _RulesCall(_Hi):
+        """A primitive at one signature: the function, its rrule and its frule (if any)."""
+
+        def __init__(self, lowered, in_avals, out_avals):
+            self.lowered = lowered
+            super().__init__(in_avals, out_avals, lowered=lowered)
+
+        def label(self) -> str:
+            return self.lowered.name
+
+        def __rules_program_key__(self) -> tuple:
+            return (self.lowered, self.lowered.rr, self.lowered.fr, self.lowered.prim.fn)
+
+        def expand_flat(self, args):
+            return jax.tree_util.tree_leaves(self.lowered.primal(*args))
+
+        def fwd_flat(self, nzs, args):
+            y, residual = self.lowered.fwd(*[_Primal(v, p) for v, p in zip(args, nzs)])
+            return jax.tree_util.tree_leaves(y), residual
+
+        def bwd_flat(self, res, cts):
+            g = [SymbolicZero(_tangent_aval(a)) if _is_zero(ct) else ct for a, ct in zip(self.out_aval, cts)]
+            return list(self.lowered.bwd(res, g))
+
+        def jvp_flat(self, primals, tangents):
+            return list(self(*primals)), self.pushforward(primals, tangents)
+
+        def lin_flat(self, nzs, args):
+            return list(self(*args)), tuple(args)
+
+        def linearized_flat(self, res, tangents):
+            return self.pushforward(list(res), tangents)
+
+        def pushforward(self, primals, tangents) -> list:
+            """The output tangents: a `_Pushforward` of the moved inputs (zeros if none)."""
+            moved = tuple(i for i, t in enumerate(tangents) if not _is_zero(t) and _inexact(jax.typeof(t)))
+            out = [_hx.Zero(_tangent_aval(a)) for a in self.out_aval]
+            diff = [i for i, a in enumerate(self.out_aval) if _inexact(a)]
+            if not moved or not diff:
+                return out
+            push = _Pushforward(self.lowered, moved, self.in_avals, [_tangent_aval(self.out_aval[i]) for i in diff])
+            if self.lowered.fr is None:  # the transposed pullback: can JAX transpose it?
+                push = push.checked([*primals, *[tangents[i] for i in moved]])
+            for i, t in zip(diff, push(*primals, *[tangents[i] for i in moved])):
+                out[i] = t
+            return out
+
+    class _Pushforward(_Hi):
+        """The output tangents of a `_RulesCall`: linear in the tangents of the `moved` inputs.
+
+        Evaluated, it runs the frule (or transposes the pullback); transposed, the rrule.
+        Inputs: the primitive's inputs, then the tangents of the moved ones.
+        """
+
+        def __init__(self, lowered, moved, primal_avals, out_avals, failure=None):
+            self.lowered, self.moved, self.n = lowered, tuple(moved), len(primal_avals)
+            self.failure = failure  # why it cannot be evaluated (a ForwardModeError), or None
+            tangent_avals = [_tangent_aval(primal_avals[i]) for i in moved]
+            super().__init__(
+                (*primal_avals, *tangent_avals), out_avals, lowered=lowered, moved=self.moved, failure=failure
+            )
+
+        def checked(self, args: list) -> "_Pushforward":
+            """This pushforward, or, if JAX cannot transpose the pullback, one that raises
+            when evaluated (and at once under `forward_mode_required`). Cached per signature."""
+            key = (self.moved, self.in_avals)
+            known = self.lowered.hi_forward.get(key, False)
+            if known is False:
+                try:
+                    jax.eval_shape(lambda *a: tuple(self.expand_flat(list(a))), *args)
+                    known = None
+                except ForwardModeError as err:
+                    known = err
+                self.lowered.hi_forward[key] = known
+            if known is None:
+                return self
+            if _strict_forward.get():
+                raise ForwardModeError(str(known)) from None
+            return _Pushforward(self.lowered, self.moved, self.in_avals[: self.n], self.out_aval, failure=known)
+
+        def label(self) -> str:
+            return f"pushforward of {self.lowered.name}"
+
+        def __rules_program_key__(self) -> tuple:
+            return (self.lowered, self.lowered.rr, self.lowered.fr, self.lowered.prim.fn)
+
+        def _tangents(self, ts) -> list:
+            tangents: list[Any] = [SymbolicZero(_tangent_aval(a)) for a in self.in_avals[: self.n]]
+            for i, t in zip(self.moved, ts):
+                tangents[i] = t
+            return tangents
+
+        def expand_flat(self, args):
+            if self.failure is not None:
+                raise ForwardModeError(str(self.failure))
+            primals, ts = args[: self.n], args[self.n :]
+            rule = self.lowered.jvp if self.lowered.fr is not None else self.lowered.jvp_by_transpose
+            y, y_dot = rule(list(primals), self._tangents(ts))
+            leaves = jax.tree_util.tree_leaves(y_dot)
+            return [leaves[i] for i, leaf in enumerate(jax.tree_util.tree_leaves(y)) if _inexact(jax.typeof(leaf))]
+
+        def transpose_flat(self, cts, args):
+            primals = args[: self.n]
+            if any(p is None for p in primals):  # pragma: no cover - JAX keeps primals known
+                raise NotImplementedError(f"{self!r} is linear only in its tangents")
+            perturbed = [i in self.moved for i in range(self.n)]
+            y, residual = self.lowered.fwd(*[_Primal(v, p) for v, p in zip(primals, perturbed)])
+            it, g = iter(cts), []
+            for leaf in jax.tree_util.tree_leaves(y):
+                zero = SymbolicZero(_tangent_aval(jax.typeof(leaf)))
+                ct = next(it) if _inexact(jax.typeof(leaf)) else zero
+                g.append(zero if _is_zero(ct) else ct)
+            x_bars = self.lowered.bwd(residual, g)
+            return [None] * self.n + [x_bars[i] for i in self.moved]
+
+        # Derivatives of the pushforward itself (second order): JAX differentiates the rule.
+        def _as_function(self):
+            return lambda *args: tuple(self.expand_flat(list(args)))
+
+        def jvp_flat(self, primals, tangents):
+            dense = [_instantiate(t, a) for t, a in zip(tangents, self.in_avals)]
+            out, out_dot = jax.jvp(self._as_function(), tuple(primals), tuple(dense))
+            return list(out), list(out_dot)
+
+        def fwd_flat(self, nzs, args):
+            out, vjp_fn = jax.vjp(self._as_function(), *args)
+            return list(out), vjp_fn
+
+        def bwd_flat(self, res, cts):
+            return list(res(tuple(_instantiate(ct, a) for ct, a in zip(cts, self.out_aval))))
+
+        def lin_flat(self, nzs, args):
+            return list(self(*args)), tuple(args)
+
+        def linearized_flat(self, res, tangents):
+            dense = [_instantiate(t, a) for t, a in zip(tangents, self.in_avals)]
+            return list(jax.jvp(self._as_function(), tuple(res), tuple(dense))[1])
+
+    class _Batched(_Hi):
+        """`inner` under `jax.vmap`: each function of the protocol vmapped, batch axis 0.
+
+        `dims[i]` is 0 for a batched input, None otherwise; every output is batched.
+        Residuals are batched too (an unbatched one is broadcast).
+        """
+
+        def __init__(self, inner, dims, axis_data):
+            self.inner, self.dims, self.axis_data = inner, tuple(dims), axis_data
+            size, mesh_axis = axis_data.size, axis_data.explicit_mesh_axis
+            in_avals = [a if d is None else _core.unmapped_aval(size, 0, a, mesh_axis) for a, d in zip(inner.in_avals, dims)]
+            out_avals = [_core.unmapped_aval(size, 0, a, mesh_axis) for a in inner.out_aval]
+            super().__init__(in_avals, out_avals, inner=inner, dims=self.dims, axis_data=axis_data)
+
+        def label(self) -> str:
+            return f"vmap of {self.inner.label()}"
+
+        def __rules_program_key__(self) -> tuple:
+            return self.inner.__rules_program_key__()
+
+        def _vmap(self, fn, in_axes):
+            ad_ = self.axis_data
+            return jax.vmap(
+                fn, in_axes=in_axes, out_axes=0, axis_size=ad_.size, axis_name=ad_.name,
+                spmd_axis_name=ad_.spmd_name or ad_.explicit_mesh_axis,
+            )
+
+        def _unmap_zeros(self, values, avals):
+            """Zeros come out of vmap with the inner aval: give them the batched one."""
+            return [_hx.Zero(_tangent_aval(a)) if _is_zero(v) else v for v, a in zip(values, avals)]
+
+        def _inner_tangents(self, ts, nz):
+            """Tangents for `inner`: the nonzero ones (vmapped) and zeros of its own avals."""
+            it = iter(ts)
+            return [next(it) if n else _hx.Zero(_tangent_aval(a)) for n, a in zip(nz, self.inner.in_avals)]
+
+        def _sum_unbatched(self, cts):
+            return [ct if ct is None or d is not None else ct.sum(0) for ct, d in zip(cts, self.dims)]
+
+        def expand_flat(self, args):
+            return self._vmap(lambda *a: list(self.inner.expand_flat(list(a))), self.dims)(*args)
+
+        def jvp_flat(self, primals, tangents):
+            nz = [not _is_zero(t) for t in tangents]
+            nz_dims = [d for d, n in zip(self.dims, nz) if n]
+
+            def f(ps, ts):
+                out, out_dot = self.inner.jvp_flat(list(ps), self._inner_tangents(ts, nz))
+                return list(out), list(out_dot)
+
+            out, out_dot = self._vmap(f, (list(self.dims), nz_dims))(primals, [t for t, n in zip(tangents, nz) if n])
+            return out, self._unmap_zeros(out_dot, self.out_aval)
+
+        def fwd_flat(self, nzs, args):
+            return self._vmap(lambda *a: tuple(self.inner.fwd_flat(nzs, list(a))), self.dims)(*args)
+
+        def bwd_flat(self, res, cts):
+            nz = [not _is_zero(ct) for ct in cts]
+
+            def f(r, gs):
+                it = iter(gs)
+                full = [next(it) if n else _hx.Zero(_tangent_aval(a)) for n, a in zip(nz, self.inner.out_aval)]
+                return list(self.inner.bwd_flat(r, full))
+
+            return self._sum_unbatched(self._vmap(f, (0, 0))(res, [ct for ct, n in zip(cts, nz) if n]))
+
+        def lin_flat(self, nzs, args):
+            return self._vmap(lambda *a: tuple(self.inner.lin_flat(nzs, list(a))), self.dims)(*args)
+
+        def linearized_flat(self, res, tangents):
+            nz = [not _is_zero(t) for t in tangents]
+            nz_dims = [d for d, n in zip(self.dims, nz) if n]
+
+            def f(r, ts):
+                return list(self.inner.linearized_flat(r, self._inner_tangents(ts, nz)))
+
+            out = self._vmap(f, (0, nz_dims))(res, [t for t, n in zip(tangents, nz) if n])
+            return self._unmap_zeros(out, self.out_aval)
+
+        def transpose_flat(self, cts, args):
+            nz = [not _is_zero(ct) for ct in cts]
+            known = [a is not None for a in args]
+
+            def f(gs, vals):
+                g_it, v_it = iter(gs), iter(vals)
+                full_cts = [next(g_it) if n else _hx.Zero(_tangent_aval(a)) for n, a in zip(nz, self.inner.out_aval)]
+                full_args = [next(v_it) if k else None for k in known]
+                return list(self.inner.transpose_flat(full_cts, full_args))
+
+            known_dims = [d for d, k in zip(self.dims, known) if k]
+            got = self._vmap(f, (0, known_dims))([ct for ct, n in zip(cts, nz) if n], [a for a in args if a is not None])
+            return self._sum_unbatched(got)
+
+    def _instantiate(t: Any, aval: Any) -> Any:
+        if not _is_zero(t):
+            return t
+        tangent = _tangent_aval(aval)
+        return jnp.zeros(tangent.shape, tangent.dtype)
+
+
+def call(lowered: Any, dyn: list) -> Any:
+    """`lowered`'s primitive applied to its dynamic inputs `dyn`, as one JAX primitive."""
+    dyn = [v if isinstance(v, jax.Array) else jnp.asarray(v) for v in dyn]
+    in_avals = tuple(jax.typeof(v) for v in dyn)
+    known = lowered.hi_out_types.get(in_avals)
+    if known is None:
+        closed, shape = jax.make_jaxpr(lowered.primal, return_shape=True)(*dyn)
+        known = lowered.hi_out_types[in_avals] = (tuple(closed.out_avals), jax.tree_util.tree_structure(shape))
+    out_avals, out_tree = known
+    return jax.tree_util.tree_unflatten(out_tree, _RulesCall(lowered, in_avals, out_avals)(*dyn))

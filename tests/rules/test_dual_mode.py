@@ -1,0 +1,191 @@
+"""Both modes from every rule (rules/_hijax.py): forward mode runs the frule, reverse mode the
+rrule, whatever JAX traced first (jit, scan, checkpoint) and also for jax.linearize.
+
+The primitives here have deliberately wrong rules that tell the routes apart: an frule 5x
+the derivative and an rrule 7x, so a test fails if any transformation takes the other rule.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import rules
+from rules import NoTangent, _hijax
+
+X = jnp.array([0.5, -1.0, 2.0])
+ONES = jnp.ones(3)
+FRULE, RRULE = 5 * 3 * X**2, 7 * 3 * X**2  # what each (wrong) rule says d(x^3)/dx is
+
+needs_hijax = pytest.mark.skipif(not _hijax.AVAILABLE, reason="this JAX has no hijax primitives (fallback tested below)")
+
+
+def make_both():
+    both = rules.primitive(lambda x: x**3, name="both")
+
+    @both.rrule
+    def both_rrule(x):
+        return both(x), lambda y_bar: (NoTangent(), y_bar * 7 * 3 * x**2)
+
+    @both.frule
+    def both_frule(tangents, x):
+        return both(x), 5 * 3 * x**2 * tangents[1]
+
+    return both
+
+
+def make_rrule_only():
+    @rules.primitive
+    def cube(x):
+        return x**3
+
+    @cube.rrule
+    def cube_rrule(x):
+        return cube(x), lambda y_bar: (NoTangent(), y_bar * 7 * 3 * x**2)
+
+    return cube
+
+
+def make_looped():
+    """An rrule whose pullback JAX cannot transpose: reverse mode only."""
+
+    @rules.primitive
+    def looped(x):
+        return 2 * x
+
+    @looped.rrule
+    def looped_rrule(x):
+        def looped_pullback(y_bar):
+            _, x_bar = jax.lax.while_loop(lambda c: c[0] < 1, lambda c: (c[0] + 1, 2 * c[1]), (0, y_bar))
+            return NoTangent(), x_bar
+
+        return looped(x), looped_pullback
+
+    return looped
+
+
+def in_scan(f):
+    """f applied once inside a lax.scan body (traced to a jaxpr before any differentiation)."""
+    return lambda x: jax.lax.scan(lambda c, _: (f(c), None), x, None, length=1)[0]
+
+
+def in_cond(f):
+    return lambda x: jax.lax.cond(True, f, lambda x: x, x)
+
+
+# each: the derivative of an elementwise f along ones, by forward mode
+FORWARD = {
+    "jvp": lambda f: jax.jvp(f, (X,), (ONES,))[1],
+    "jit(jvp)": lambda f: jax.jit(lambda x: jax.jvp(f, (x,), (ONES,))[1])(X),
+    "jvp(jit)": lambda f: jax.jvp(jax.jit(f), (X,), (ONES,))[1],
+    "jacfwd": lambda f: jnp.diagonal(jax.jacfwd(f)(X)),
+    "jacfwd(jit)": lambda f: jnp.diagonal(jax.jacfwd(jax.jit(f))(X)),
+    "vmap(jvp)": lambda f: jax.vmap(lambda x: jax.jvp(f, (x,), (1.0,))[1])(X),
+    "jvp(vmap)": lambda f: jax.jvp(jax.vmap(f), (X,), (ONES,))[1],
+    "linearize": lambda f: jax.linearize(f, X)[1](ONES),
+    "linearize(jit)": lambda f: jax.linearize(jax.jit(f), X)[1](ONES),
+    "jit(linearize)": lambda f: jax.jit(lambda x: jax.linearize(f, x)[1](ONES))(X),
+    "linearize(vmap)": lambda f: jax.linearize(jax.vmap(f), X)[1](ONES),
+    "vmap(linearize)": lambda f: jax.vmap(lambda x: jax.linearize(f, x)[1](1.0))(X),
+    "jvp(scan)": lambda f: jax.jvp(in_scan(f), (X,), (ONES,))[1],
+    "linearize(scan)": lambda f: jax.linearize(in_scan(f), X)[1](ONES),
+    "jvp(cond)": lambda f: jax.jvp(in_cond(f), (X,), (ONES,))[1],
+    "jvp(checkpoint)": lambda f: jax.jvp(jax.checkpoint(f), (X,), (ONES,))[1],
+}
+
+# each: the gradient of sum(f), by reverse mode
+REVERSE = {
+    "grad": lambda f: jax.grad(lambda x: jnp.sum(f(x)))(X),
+    "jit(grad)": lambda f: jax.jit(jax.grad(lambda x: jnp.sum(f(x))))(X),
+    "grad(jit)": lambda f: jax.grad(lambda x: jnp.sum(jax.jit(f)(x)))(X),
+    "vmap(grad)": lambda f: jax.vmap(jax.grad(f))(X),
+    "grad(vmap)": lambda f: jax.grad(lambda x: jnp.sum(jax.vmap(f)(x)))(X),
+    "jacrev": lambda f: jnp.diagonal(jax.jacrev(f)(X)),
+    "grad(scan)": lambda f: jax.grad(lambda x: jnp.sum(in_scan(f)(x)))(X),
+    "grad(cond)": lambda f: jax.grad(lambda x: jnp.sum(in_cond(f)(x)))(X),
+    "grad(checkpoint)": lambda f: jax.grad(lambda x: jnp.sum(jax.checkpoint(f)(x)))(X),
+    "jit(grad(checkpoint))": lambda f: jax.jit(jax.grad(lambda x: jnp.sum(jax.checkpoint(f)(x))))(X),
+    "vjp(jit)": lambda f: jax.vjp(jax.jit(f), X)[1](ONES)[0],
+    "transpose(linearize)": lambda f: jax.linear_transpose(jax.linearize(f, X)[1], X)(ONES)[0],
+}
+
+
+@needs_hijax
+@pytest.mark.parametrize("route", list(FORWARD))
+def test_forward_mode_runs_the_frule_whatever_was_traced_first(route):
+    np.testing.assert_allclose(FORWARD[route](make_both()), FRULE, rtol=1e-12)
+
+
+@needs_hijax
+@pytest.mark.parametrize("route", list(REVERSE))
+def test_reverse_mode_runs_the_rrule_whatever_was_traced_first(route):
+    np.testing.assert_allclose(REVERSE[route](make_both()), RRULE, rtol=1e-12)
+
+
+@needs_hijax
+@pytest.mark.parametrize("route", ["jvp", "jvp(jit)", "linearize", "linearize(jit)", "vmap(linearize)", "linearize(scan)"])
+def test_forward_mode_of_an_rrule_alone_transposes_its_pullback(route):
+    np.testing.assert_allclose(FORWARD[route](make_rrule_only()), RRULE, rtol=1e-12)
+
+
+@needs_hijax
+def test_one_function_traced_once_serves_both_modes():
+    both, traces = make_both(), []
+
+    @jax.jit
+    def f(x):
+        traces.append(x)
+        return both(x)
+
+    np.testing.assert_allclose(jax.jvp(f, (X,), (ONES,))[1], FRULE, rtol=1e-12)
+    np.testing.assert_allclose(jax.grad(lambda x: jnp.sum(f(x)))(X), RRULE, rtol=1e-12)
+    np.testing.assert_allclose(jax.linearize(f, X)[1](ONES), FRULE, rtol=1e-12)
+    assert len(traces) == 1  # one trace, one primitive that keeps both rules
+    assert "rulescall[both]" in str(jax.make_jaxpr(both)(X))
+    assert "pushforward of both" in str(jax.make_jaxpr(lambda x: jax.jvp(both, (x,), (ONES,)))(X))
+
+
+@needs_hijax
+def test_second_order_differentiates_the_rule_that_served_first():
+    both = make_both()
+    # forward over reverse (jax.hessian): the pullback y_bar * 7 * 3x^2, differentiated
+    np.testing.assert_allclose(jnp.diagonal(jax.hessian(lambda x: jnp.sum(both(x)))(X)), 7 * 6 * X, rtol=1e-12)
+    # reverse over forward and forward over forward: the frule's tangent 5 * 3x^2, differentiated
+    tangent = lambda x: jnp.sum(jax.jvp(both, (x,), (ONES,))[1])  # noqa: E731
+    np.testing.assert_allclose(jax.grad(tangent)(X), 5 * 6 * X, rtol=1e-12)
+    np.testing.assert_allclose(jax.jvp(jax.grad(tangent), (X,), (ONES,))[1], 5 * 6 * ONES, rtol=1e-12)
+    np.testing.assert_allclose(jax.jvp(lambda x: jax.jvp(both, (x,), (ONES,))[1], (X,), (ONES,))[1], 5 * 6 * X)
+
+
+@needs_hijax
+def test_a_pullback_jax_cannot_transpose_serves_reverse_mode_and_says_why_forward_mode_fails():
+    looped = make_looped()
+    for route in ("grad", "jit(grad)", "grad(checkpoint)", "grad(scan)"):  # the transposition runs the rrule
+        np.testing.assert_allclose(REVERSE[route](looped), 2 * ONES)
+    for route in ("jvp", "jit(jvp)", "jvp(jit)", "jacfwd", "linearize", "jvp(scan)"):
+        with pytest.raises(rules.ForwardModeError, match=r"looped`.*cannot be transposed"):
+            jax.block_until_ready(FORWARD[route](looped))
+    # jax.jit defers the error to compilation; inside forward_mode_required it comes when traced
+    with _hijax.forward_mode_required(), pytest.raises(rules.ForwardModeError, match="while_loop"):
+        jax.make_jaxpr(lambda x: jax.jvp(looped, (x,), (x,)))(X)
+    jax.make_jaxpr(lambda x: jax.jvp(looped, (x,), (x,)))(X)  # outside it: traced (checkpoint needs that)
+
+
+@pytest.fixture
+def custom_vjp_lowering(monkeypatch):
+    """The lowering of a JAX without hijax primitives: jax.custom_vjp / jax.custom_jvp."""
+    monkeypatch.setattr(_hijax, "ENABLED", False)
+
+
+def test_the_custom_vjp_fallback_chooses_the_mode_when_called(custom_vjp_lowering):
+    both = make_both()
+    for route in ("jvp", "jit(jvp)", "jacfwd", "vmap(jvp)"):
+        np.testing.assert_allclose(FORWARD[route](both), FRULE, rtol=1e-12)
+    for route in ("grad", "jit(grad)", "grad(jit)", "vmap(grad)", "grad(scan)", "grad(checkpoint)"):
+        np.testing.assert_allclose(REVERSE[route](both), RRULE, rtol=1e-12)
+    assert "custom_vjp_call" in str(jax.make_jaxpr(both)(X))
+    # what it cannot do: forward mode through a trace made for reverse mode (jax.custom_vjp)
+    with pytest.raises(Exception, match="custom_vjp"):
+        FORWARD["linearize"](both)
+    with pytest.raises(Exception, match="custom_vjp"):
+        FORWARD["jvp(jit)"](both)
