@@ -4,6 +4,8 @@ command itself on small modules)."""
 
 import pytest
 
+import rules
+
 from rules._check import _check_one, cases, module_of
 from rules._registry import function_name
 
@@ -27,3 +29,53 @@ def test_example_passes_the_testers(f, example):
     assert row.status == "ok", row.message
     if module_of(f) != "rules.library.nondiff":  # nothing differentiable to lower there
         assert row.lowered == "jit+vmap"
+
+
+FIRST_EXAMPLES = [
+    pytest.param(f, example, id=f"{module_of(f).rsplit('.', 1)[-1]}.{function_name(f)}")
+    for f, example in dict(cases(["rules.library"])[::-1]).items()  # the first example of each
+    if module_of(f) != "rules.library.nondiff"
+]
+
+
+@pytest.mark.parametrize("f, example", FIRST_EXAMPLES[::-1])
+def test_forward_mode_and_linearize_agree_on_every_shipped_function(f, example):
+    """jax.linearize works on every shipped primitive (forward mode is never lost), and its
+    linear map equals jax.jvp's tangent."""
+    import jax
+    import numpy as np
+
+    from rules import NoTangent, _hijax
+    from rules.testing import rand_tangent, test_approx
+    from rules.testing._compare import WithTangent
+
+    if not _hijax.ENABLED:
+        pytest.skip("jax.linearize of an rrule needs hijax primitives (tests/rules/test_dual_mode.py)")
+    import importlib
+
+    from rules.testing._testers import _primitive_for
+
+    # the shipped primitive (cases() gives its registry key), or one around a JAX function with rules
+    f = getattr(importlib.import_module(module_of(f)), getattr(f, "__name__", ""), None) or _primitive_for(f)
+    if not isinstance(f, rules.Primitive):
+        f = _primitive_for(f)
+    primals = [x.primal if isinstance(x, WithTangent) else x for x in example]
+    def differentiable(x):
+        leaves = jax.tree_util.tree_leaves(x)
+        return leaves and all(isinstance(v, (jax.Array, np.ndarray, float)) and np.issubdtype(np.result_type(v), np.inexact)
+                              for v in leaves)
+
+    marked = [isinstance(x, WithTangent) and isinstance(x.tangent, NoTangent) for x in example]  # not to perturb
+    moved = [i for i, x in enumerate(primals) if differentiable(x) and not marked[i]]
+
+    def g(*xs):
+        args = list(primals)
+        for i, x in zip(moved, xs):
+            args[i] = x
+        return f(*args)
+
+    xs = tuple(primals[i] for i in moved)
+    tangents = tuple(rand_tangent(x, seed=3) for x in xs)
+    _, y_dot = jax.jvp(g, xs, tangents)
+    _, linear = jax.linearize(g, *xs)
+    test_approx(linear(*tangents), y_dot, rtol=1e-6, atol=1e-8)
