@@ -1,8 +1,8 @@
 """rules: ChainRules.jl's rule system for JAX.
 
 Write a reverse rule (`rrule`) or forward rule (`frule`) once, with ChainRules' tangent types;
-`primitive` lowers it into `jax.custom_vjp` / `jax.custom_jvp`, so `jax.jit`, `jax.vmap` and
-`jax.grad` use it. `rules.testing` checks rules against finite differences.
+`primitive` lowers it into one JAX primitive that keeps its rules (or a `jax.custom_jvp` for an
+frule alone), so `jax.jit`, `jax.vmap`, `jax.grad`, `jax.jvp` and `jax.linearize` use it. `rules.testing` checks rules against finite differences.
 """
 
 # Tangent types

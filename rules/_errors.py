@@ -111,7 +111,8 @@ class NotImplementedTangentError(RuleError, NotImplementedError):
 
 
 class ForwardModeError(RuleError, TypeError):
-    """Forward mode was asked of a primitive that JAX lowers through `jax.custom_vjp`."""
+    """Forward mode was asked of a primitive that has none: an rrule whose pullback JAX cannot
+    transpose, and no frule."""
 
 
 class StaticArgumentError(RuleError, TypeError):

@@ -1,4 +1,9 @@
-"""The adapter: a primitive's rules lowered into `jax.custom_vjp` / `jax.custom_jvp`.
+"""The adapter: a primitive's rules lowered into JAX (`_hijax`, `jax.custom_vjp`, `jax.custom_jvp`).
+
+A primitive with an rrule is, where JAX has hijax primitives, one JAX primitive that keeps its
+rules (`_hijax.call`, mode DUAL); `_Lowered` below holds the rules and every conversion, and
+`_hijax` routes JAX's requests to them. Elsewhere (and for an frule alone) the rules become a
+`jax.custom_vjp` or `jax.custom_jvp`, the mode chosen when the primitive is called.
 
 Conversions happen in two places only:
 

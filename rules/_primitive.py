@@ -21,8 +21,9 @@ class Primitive:
 
     Called with concrete arrays and no JAX transformation active, it calls the function
     directly. Under a transformation (`jit`, `grad`, `vmap`, ...) it goes through the
-    lowering of its rules: rrule -> `jax.custom_vjp`, frule only -> `jax.custom_jvp`, no rule
-    -> the function itself (JAX differentiates it).
+    lowering of its rules: an rrule (with or without an frule) -> one JAX primitive that keeps
+    both (`rules._hijax`; `jax.custom_vjp` on a JAX without it), frule only ->
+    `jax.custom_jvp`, no rule -> the function itself (JAX differentiates it).
 
     See also: `primitive`, `external`, `rrule`.
     """
