@@ -1,8 +1,8 @@
-"""The adapter: a primitive's rules lowered into JAX (`_hijax`, `jax.custom_vjp`, `jax.custom_jvp`).
+"""The adapter: a primitive's rules lowered into JAX (`_dual`, `jax.custom_vjp`, `jax.custom_jvp`).
 
 A primitive with an rrule is, where JAX has hijax primitives, one JAX primitive that keeps its
-rules (`_hijax.call`, mode DUAL); `_Lowered` below holds the rules and every conversion, and
-`_hijax` routes JAX's requests to them. Elsewhere (and for an frule alone) the rules become a
+rules (`_dual.call`, mode DUAL); `_Lowered` below holds the rules and every conversion, and
+`_dual` routes JAX's requests to them. Elsewhere (and for an frule alone) the rules become a
 `jax.custom_vjp` or `jax.custom_jvp`, the mode chosen when the primitive is called.
 
 Conversions happen in two places only:
@@ -56,7 +56,7 @@ from ._registry import check_frule_result, check_rrule_result, frule, function_n
 from ._tangent import Tangent, children_with_names
 from ._thunks import unthunk
 from ._zeros import AbstractZero, NoTangent, ZeroTangent
-from . import _hijax
+from . import _dual
 
 __all__ = ["call_lowered", "is_tracer", "bypass_in_own_rule", "conj_tree"]
 
@@ -244,7 +244,7 @@ def call_lowered(prim: Any, args: tuple, kwargs: dict, leaves: list, treedef: An
     # reverse mode (and no differentiation) through the rrule; forward mode through the
     # frule, or, for an rrule alone, through the transpose of its pullback
     mode = VJP if rr is not None else JVP
-    if mode == VJP and _hijax.ENABLED:
+    if mode == VJP and _dual.ENABLED:
         mode = DUAL  # one primitive that JAX asks for the rule each transformation needs
     elif mode == VJP and any(map(_in_forward_mode, dyn)):
         mode = JVP if fr is not None else JVP_BY_TRANSPOSE
@@ -259,7 +259,7 @@ def call_lowered(prim: Any, args: tuple, kwargs: dict, leaves: list, treedef: An
             cache.clear()
         lowered = cache[key] = _Lowered(prim, rr, fr, treedef, kinds, statics, mode)
     if mode == DUAL:
-        return _hijax.call(lowered, dyn)
+        return _dual.call(lowered, dyn)
     try:
         return lowered.fn(*dyn)
     except TypeError as err:
@@ -369,7 +369,7 @@ class _Lowered:
         self.hi_out_types: dict = {}  # DUAL: output avals and tree per input avals
         self.hi_forward: dict = {}  # DUAL, rrule alone: per signature, why forward mode fails (or None)
         if mode == DUAL:
-            fn = None  # called through `_hijax.call`
+            fn = None  # called through `_dual.call`
         elif mode == VJP:
             fn = jax.custom_vjp(self.primal)
             fn.defvjp(self.fwd, self.bwd, symbolic_zeros=True)

@@ -22,7 +22,7 @@ class Primitive:
     Called with concrete arrays and no JAX transformation active, it calls the function
     directly. Under a transformation (`jit`, `grad`, `vmap`, ...) it goes through the
     lowering of its rules: an rrule (with or without an frule) -> one JAX primitive that keeps
-    both (`rules._hijax`; `jax.custom_vjp` on a JAX without it), frule only ->
+    both (`rules._dual`; `jax.custom_vjp` on a JAX without it), frule only ->
     `jax.custom_jvp`, no rule -> the function itself (JAX differentiates it).
 
     See also: `primitive`, `external`, `rrule`.

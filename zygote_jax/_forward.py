@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import rules
-from rules._hijax import forward_mode_required
+from rules._dual import forward_mode_required
 
 from ._api import _check_scalar
 from ._args import ArgSpec, with_int_retry

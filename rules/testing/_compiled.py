@@ -111,7 +111,7 @@ def program_key(jaxpr: Any) -> tuple:
         elif isinstance(value, (tuple, list)):
             for item in value:
                 visit(item)
-        elif hasattr(value, "__rules_program_key__"):  # a primitive with its rules (rules._hijax)
+        elif hasattr(value, "__rules_program_key__"):  # a primitive with its rules (rules._dual)
             found.extend(map(_ByIdentity, value.__rules_program_key__()))
             try:
                 expansion = value.__rules_expansion__()

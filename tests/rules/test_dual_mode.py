@@ -1,4 +1,4 @@
-"""Both modes from every rule (rules/_hijax.py): forward mode runs the frule, reverse mode the
+"""Both modes from every rule (rules/_dual.py): forward mode runs the frule, reverse mode the
 rrule, whatever JAX traced first (jit, scan, checkpoint) and also for jax.linearize.
 
 The primitives here have deliberately wrong rules that tell the routes apart: an frule 5x
@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 import rules
-from rules import NoTangent, _hijax
+from rules import NoTangent, _dual
 
 X = jnp.array([0.5, -1.0, 2.0])
 ONES = jnp.ones(3)
 FRULE, RRULE = 5 * 3 * X**2, 7 * 3 * X**2  # what each (wrong) rule says d(x^3)/dx is
 
-needs_hijax = pytest.mark.skipif(not _hijax.AVAILABLE, reason="this JAX has no hijax primitives (fallback tested below)")
+needs_dual = pytest.mark.skipif(not _dual.AVAILABLE, reason="this JAX lacks the internals of the dual-mode lowering (fallback tested below)")
 
 
 def make_both():
@@ -110,25 +110,25 @@ REVERSE = {
 }
 
 
-@needs_hijax
+@needs_dual
 @pytest.mark.parametrize("route", list(FORWARD))
 def test_forward_mode_runs_the_frule_whatever_was_traced_first(route):
     np.testing.assert_allclose(FORWARD[route](make_both()), FRULE, rtol=1e-12)
 
 
-@needs_hijax
+@needs_dual
 @pytest.mark.parametrize("route", list(REVERSE))
 def test_reverse_mode_runs_the_rrule_whatever_was_traced_first(route):
     np.testing.assert_allclose(REVERSE[route](make_both()), RRULE, rtol=1e-12)
 
 
-@needs_hijax
+@needs_dual
 @pytest.mark.parametrize("route", ["jvp", "jvp(jit)", "linearize", "linearize(jit)", "vmap(linearize)", "linearize(scan)"])
 def test_forward_mode_of_an_rrule_alone_transposes_its_pullback(route):
     np.testing.assert_allclose(FORWARD[route](make_rrule_only()), RRULE, rtol=1e-12)
 
 
-@needs_hijax
+@needs_dual
 def test_one_function_traced_once_serves_both_modes():
     both, traces = make_both(), []
 
@@ -145,7 +145,7 @@ def test_one_function_traced_once_serves_both_modes():
     assert "pushforward of both" in str(jax.make_jaxpr(lambda x: jax.jvp(both, (x,), (ONES,)))(X))
 
 
-@needs_hijax
+@needs_dual
 def test_second_order_differentiates_the_rule_that_served_first():
     both = make_both()
     # forward over reverse (jax.hessian): the pullback y_bar * 7 * 3x^2, differentiated
@@ -157,7 +157,7 @@ def test_second_order_differentiates_the_rule_that_served_first():
     np.testing.assert_allclose(jax.jvp(lambda x: jax.jvp(both, (x,), (ONES,))[1], (X,), (ONES,))[1], 5 * 6 * X)
 
 
-@needs_hijax
+@needs_dual
 def test_a_pullback_jax_cannot_transpose_serves_reverse_mode_and_says_why_forward_mode_fails():
     looped = make_looped()
     for route in ("grad", "jit(grad)", "grad(checkpoint)", "grad(scan)"):  # the transposition runs the rrule
@@ -166,15 +166,15 @@ def test_a_pullback_jax_cannot_transpose_serves_reverse_mode_and_says_why_forwar
         with pytest.raises(rules.ForwardModeError, match=r"looped`.*cannot be transposed"):
             jax.block_until_ready(FORWARD[route](looped))
     # jax.jit defers the error to compilation; inside forward_mode_required it comes when traced
-    with _hijax.forward_mode_required(), pytest.raises(rules.ForwardModeError, match="while_loop"):
+    with _dual.forward_mode_required(), pytest.raises(rules.ForwardModeError, match="while_loop"):
         jax.make_jaxpr(lambda x: jax.jvp(looped, (x,), (x,)))(X)
     jax.make_jaxpr(lambda x: jax.jvp(looped, (x,), (x,)))(X)  # outside it: traced (checkpoint needs that)
 
 
 @pytest.fixture
 def custom_vjp_lowering(monkeypatch):
-    """The lowering of a JAX without hijax primitives: jax.custom_vjp / jax.custom_jvp."""
-    monkeypatch.setattr(_hijax, "ENABLED", False)
+    """The fallback lowering (a JAX without the dual-mode internals): jax.custom_vjp / jax.custom_jvp."""
+    monkeypatch.setattr(_dual, "ENABLED", False)
 
 
 def test_the_custom_vjp_fallback_chooses_the_mode_when_called(custom_vjp_lowering):

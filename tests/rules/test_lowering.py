@@ -16,7 +16,7 @@ from jax.sharding import PartitionSpec as P
 
 import rules
 from rules import AbstractZero, NoTangent, Tangent, Thunk, ZeroTangent
-from rules import _hijax
+from rules import _dual
 
 # ------------------------------------------------------------------------------------------
 # Factories: fresh primitives per test, so registrations never leak between tests
@@ -145,12 +145,12 @@ def test_eager_call_runs_the_function_directly_and_not_the_rule():
 
 def test_traced_call_lowers_rrule_to_one_primitive_and_frule_to_custom_jvp():
     text = str(jax.make_jaxpr(make_cube_rrule())(2.0))
-    if _hijax.ENABLED:  # one primitive that keeps its rules (test_dual_mode.py)
-        assert "call_hi_primitive[_prim=rulescall[" in text and "custom_vjp_call" not in text
+    if _dual.ENABLED:  # one primitive that keeps its rules (test_dual_mode.py)
+        assert "rules_call[_prim=rulescall[" in text and "custom_vjp_call" not in text
     else:
         assert "custom_vjp_call" in text
     text = str(jax.make_jaxpr(make_cube_frule())(2.0))
-    assert "custom_jvp_call" in text and "custom_vjp_call" not in text and "call_hi_primitive" not in text
+    assert "custom_jvp_call" in text and "custom_vjp_call" not in text and "rules_call" not in text
 
 
 def test_primitive_without_rules_is_differentiated_by_jax(maybe_jit):

@@ -7,7 +7,7 @@ import pytest
 
 import rules
 from rules import NoTangent
-from rules import _hijax
+from rules import _dual
 from rules._lowering import DUAL, JVP, VJP
 from rules.testing import rand_tangent, test_approx, test_frule
 
@@ -64,7 +64,7 @@ def _check_forward_mode(f, *args, static=(), full=False, **options):
     both = jvp(tuple(jnp.stack([x, x]) for x in args), tuple(jnp.stack([t, 2 * t]) for t in tangents))
     for k in (0, 1):
         test_approx(jax.tree.map(lambda t: t[k] / (k + 1), both), y_dot, **tol)
-    if not _hijax.ENABLED:  # jax.custom_jvp for forward mode, chosen when called
+    if not _dual.ENABLED:  # jax.custom_jvp for forward mode, chosen when called
         assert {lowered.mode for lowered in f._lowered.values()} == {JVP}
         jax.eval_shape(lambda *args: jax.vjp(g, *args)[0], *args)
         assert {lowered.mode for lowered in f._lowered.values()} == {JVP, VJP}

@@ -45,12 +45,12 @@ def test_forward_mode_and_linearize_agree_on_every_shipped_function(f, example):
     import jax
     import numpy as np
 
-    from rules import NoTangent, _hijax
+    from rules import NoTangent, _dual
     from rules.testing import rand_tangent, test_approx
     from rules.testing._compare import WithTangent
 
-    if not _hijax.ENABLED:
-        pytest.skip("jax.linearize of an rrule needs hijax primitives (tests/rules/test_dual_mode.py)")
+    if not _dual.ENABLED:
+        pytest.skip("jax.linearize of an rrule needs the dual-mode lowering (tests/rules/test_dual_mode.py)")
     import importlib
 
     from rules.testing._testers import _primitive_for

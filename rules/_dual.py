@@ -3,23 +3,28 @@
 `jax.custom_vjp` cannot serve forward mode, and a choice made when the primitive is called
 (frule under `jax.jvp`, rrule otherwise) is frozen into any jaxpr traced before the
 differentiation: `jax.jvp(jax.jit(f))`, `jax.linearize`, a `scan` body. Here the primitive
-is staged as JAX's experimental "hijax" primitive (`jax.experimental.hijax.VJPHiPrimitive`),
-which JAX asks, at each transformation, for the rule it needs:
+is staged as a JAX primitive of ours, `rules_call`, which JAX asks, at each transformation,
+for the rule it needs:
 
-* `jax.vjp` / `jax.grad` (JAX linearizes "for a VJP"): the rrule's forward pass now, its
-  pullback when JAX transposes (`vjp_fwd` / `vjp_bwd`);
+* a linearization *for a VJP* (`jax.vjp`, `jax.grad`; JAX passes `is_vjp` to a primitive's
+  linearization rule): the rrule's forward pass now, and as the linear part a `rules_vjp`
+  primitive whose transpose is the pullback;
 * `jax.jvp` / `jax.jacfwd`, and `jax.linearize` (a linearization not for a VJP): the output
-  tangent is a second primitive, `_Pushforward`, linear in the tangents, which evaluates
-  the frule (or, for an rrule alone, the transposed pullback) and transposes by the rrule.
-  So reverse mode through a forward-mode trace (`jax.checkpoint`, which differentiates by
-  JVP and transposition) still runs the rrule;
-* `jax.vmap`: `_Batched`, the same protocol with every function vmapped.
+  tangent is a `_Pushforward`, linear in the tangents, which evaluates the frule (or, for an
+  rrule alone, the transposed pullback) and transposes by the rrule. So reverse mode
+  through a forward-mode trace (`jax.checkpoint` differentiates by JVP and transposition)
+  still runs the rrule;
+* `jax.vmap`: `_Batched`, the same protocol with every function vmapped;
+* evaluation and compilation: the function itself (`mlir.lower_fun`).
 
 The rules themselves, and every conversion between ChainRules' tangents and JAX's, stay in
-`_lowering._Lowered`; this module only routes. The hijax API is experimental and changes
-between JAX releases: `AVAILABLE` checks for what is used here, and without it the lowering
-falls back to `jax.custom_vjp` / `jax.custom_jvp` (forward mode then chosen when the
-primitive is called, as documented in docs/design.md).
+`_lowering._Lowered`; this module only routes. A primitive's linearization rule
+(`primitive_linearizations`) and fancy batching rule are JAX internals (`jax._src`), the
+same that JAX's experimental hijax primitives use: `AVAILABLE` checks for them, and without
+them the lowering falls back to `jax.custom_vjp` / `jax.custom_jvp` (the mode then chosen
+when the primitive is called; docs/design.md says what that loses). Hijax primitives
+themselves (`jax.experimental.hijax`) were measured and not used: jax.jit re-traces a
+function holding one on every call (86 us instead of 4 us for a small one, in jax 0.10.2).
 """
 
 from __future__ import annotations
@@ -38,24 +43,28 @@ from ._errors import ForwardModeError
 __all__ = ["AVAILABLE", "ENABLED", "call", "forward_mode_required"]
 
 try:  # pragma: no branch - which branch runs depends on the installed JAX
-    from jax.experimental import hijax as _hx
+    import inspect
+
     from jax._src import core as _core
     from jax._src.interpreters import ad as _ad
+    from jax._src.interpreters import batching as _batching
+    from jax.extend.core import Primitive as _Primitive
+    from jax.interpreters import mlir as _mlir
 
-    _NEEDED = ("expand", "vjp_fwd", "vjp_bwd", "jvp", "lin", "linearized", "transpose", "batch")
     AVAILABLE = (
         tuple(int(p) for p in jax.__version__.split(".")[:2]) >= (0, 10)
-        and all(hasattr(_hx.VJPHiPrimitive, name) for name in _NEEDED)
-        and hasattr(_ad, "GradAccum")
+        and hasattr(_ad, "primitive_linearizations")  # JAX asks a primitive to linearize itself,
+        and "is_vjp" in inspect.signature(_ad.LinearizeTrace.__init__).parameters  # saying for what
+        and hasattr(_batching, "fancy_primitive_batchers")
         and hasattr(_core, "unmapped_aval")
         and hasattr(_core, "mapped_aval")
     )
-except ImportError:  # pragma: no cover - JAX without hijax
+except (ImportError, AttributeError):  # pragma: no cover - an older or renamed JAX
     AVAILABLE = False
 
 # `ZYGOTE_JAX_LOWERING=custom_vjp` forces the fallback (to compare, or to work around a JAX bug).
-ENABLED = AVAILABLE and os.environ.get("ZYGOTE_JAX_LOWERING", "hijax") != "custom_vjp"
-
+ENABLED = AVAILABLE and os.environ.get("ZYGOTE_JAX_LOWERING", "dual") != "custom_vjp"
+_CACHE_SIZE = 512  # signatures remembered per lowering (output types, forward-mode verdicts)
 
 # Set by `forward_mode_required`: a pushforward that cannot be evaluated raises when traced.
 _strict_forward: contextvars.ContextVar[bool] = contextvars.ContextVar("rules_strict_forward", default=False)
@@ -78,7 +87,7 @@ def forward_mode_required() -> Iterator[None]:
 
 
 def _is_zero(x: Any) -> bool:
-    return isinstance(x, (_hx.Zero, SymbolicZero))
+    return isinstance(x, (_Zero, SymbolicZero))
 
 
 def _tangent_aval(aval: Any) -> Any:
@@ -99,60 +108,43 @@ class _Primal:
 
 
 if AVAILABLE:
+    _Zero = _ad.Zero
 
-    class _Hi(_hx.VJPHiPrimitive):
-        """JAX's structured hijax interface over a protocol on flat lists of arrays.
+    class _Hi:
+        """An operation of the dual-mode lowering, as the parameter `_prim` of `rules_call_p`.
 
-        Subclasses implement `expand_flat`, `jvp_flat`, `fwd_flat`, `bwd_flat`, `lin_flat`,
-        `linearized_flat` and, when linear in some inputs, `transpose_flat`. Inputs and
-        outputs are flat tuples of arrays; a zero tangent or cotangent is JAX's `Zero`; a
-        cotangent that is not there is None.
+        Subclasses implement, on flat lists of arrays: `expand_flat` (evaluation), `jvp_flat`,
+        `fwd_flat` / `bwd_flat` (a linearization for a VJP and its transpose), `lin_flat` /
+        `linearized_flat` (any other linearization) and, when linear in some inputs,
+        `transpose_flat`. A zero tangent or cotangent is JAX's `Zero`; a cotangent that is
+        not there is None.
         """
 
-        def __init__(self, in_avals, out_avals, **params):
+        def __init__(self, in_avals, out_avals, key: tuple):
             self.in_avals, self.out_aval = tuple(in_avals), tuple(out_avals)
-            self.params = dict(params, in_avals=self.in_avals, out_avals=self.out_aval)
-            super().__init__()
+            self._key = (type(self).__name__, key, self.in_avals, self.out_aval)
+            self._hash = hash(self._key)
 
-        # JAX's interface
-        def expand(self, *args):
-            return tuple(self.expand_flat(list(args)))
+        def __call__(self, *args):
+            return rules_call_p.bind(*args, _prim=self)
 
-        def jvp(self, primals, tangents):
-            out, out_dot = self.jvp_flat(list(primals), list(tangents))
-            return tuple(out), tuple(out_dot)
+        def __hash__(self) -> int:
+            return self._hash
 
-        def vjp_fwd(self, nzs, *args):
-            out, res = self.fwd_flat(tuple(bool(n) for n in nzs), list(args))
-            return tuple(out), res
-
-        def vjp_bwd(self, res, cts, *accums):
-            for acc, ct in zip(accums, self.bwd_flat(res, list(cts))):
-                if ct is not None and isinstance(acc, _ad.GradAccum):
-                    acc.accum(ct)
-
-        def lin(self, nzs, *args):
-            out, res = self.lin_flat(tuple(bool(n) for n in nzs), list(args))
-            return tuple(out), res
-
-        def linearized(self, res, *tangents):
-            return tuple(self.linearized_flat(res, list(tangents)))
-
-        def transpose(self, cts, *args):
-            linear = [isinstance(a, _ad.GradAccum) or _ad.is_undefined_primal(a) for a in args]
-            got = self.transpose_flat(list(cts), [None if lin else a for a, lin in zip(args, linear)])
-            for acc, lin, ct in zip(args, linear, got):
-                if lin and ct is not None:
-                    acc.accum(ct)
+        def __eq__(self, other: Any) -> bool:
+            return type(other) is type(self) and other._key == self._key
 
         def batch(self, axis_data, args, dims):
             if all(d is None for d in dims):  # JAX may ask even when nothing is batched
-                return self(*args), (None,) * len(self.out_aval)
+                return self(*args), [None] * len(self.out_aval)
             moved = [a if d is None or d == 0 else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims)]
             batched = _Batched(self, tuple(None if d is None else 0 for d in dims), axis_data)
-            return batched(*moved), (0,) * len(self.out_aval)
+            return batched(*moved), [0] * len(self.out_aval)
 
-        def transpose_flat(self, cts, args):  # pragma: no cover - JAX transposes only linear ones
+        def expand_flat(self, args: list) -> list:
+            raise NotImplementedError
+
+        def transpose_flat(self, cts, args):
             raise NotImplementedError(f"{self!r} is not linear in its inputs")
 
         def __repr__(self) -> str:
@@ -168,14 +160,14 @@ if AVAILABLE:
         def __rules_expansion__(self) -> Any:
             """The jaxpr this stands for (its text and callables key rules.testing's reuse)."""
             specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in self.in_avals]
-            return jax.make_jaxpr(self.expand)(*specs)
+            return jax.make_jaxpr(lambda *a: self.expand_flat(list(a)))(*specs)
 
     class _RulesCall(_Hi):
         """A primitive at one signature: the function, its rrule and its frule (if any)."""
 
         def __init__(self, lowered, in_avals, out_avals):
             self.lowered = lowered
-            super().__init__(in_avals, out_avals, lowered=lowered)
+            super().__init__(in_avals, out_avals, (lowered,))
 
         def label(self) -> str:
             return self.lowered.name
@@ -206,7 +198,7 @@ if AVAILABLE:
         def pushforward(self, primals, tangents) -> list:
             """The output tangents: a `_Pushforward` of the moved inputs (zeros if none)."""
             moved = tuple(i for i, t in enumerate(tangents) if not _is_zero(t) and _inexact(jax.typeof(t)))
-            out = [_hx.Zero(_tangent_aval(a)) for a in self.out_aval]
+            out = [_Zero(_tangent_aval(a)) for a in self.out_aval]
             diff = [i for i, a in enumerate(self.out_aval) if _inexact(a)]
             if not moved or not diff:
                 return out
@@ -228,9 +220,7 @@ if AVAILABLE:
             self.lowered, self.moved, self.n = lowered, tuple(moved), len(primal_avals)
             self.failure = failure  # why it cannot be evaluated (a ForwardModeError), or None
             tangent_avals = [_tangent_aval(primal_avals[i]) for i in moved]
-            super().__init__(
-                (*primal_avals, *tangent_avals), out_avals, lowered=lowered, moved=self.moved, failure=failure
-            )
+            super().__init__((*primal_avals, *tangent_avals), out_avals, (lowered, self.moved, failure))
 
         def checked(self, args: list) -> "_Pushforward":
             """This pushforward, or, if JAX cannot transpose the pullback, one that raises
@@ -243,6 +233,8 @@ if AVAILABLE:
                     known = None
                 except ForwardModeError as err:
                     known = err
+                if len(self.lowered.hi_forward) >= _CACHE_SIZE:
+                    self.lowered.hi_forward.clear()
                 self.lowered.hi_forward[key] = known
             if known is None:
                 return self
@@ -320,7 +312,7 @@ if AVAILABLE:
             size, mesh_axis = axis_data.size, axis_data.explicit_mesh_axis
             in_avals = [a if d is None else _core.unmapped_aval(size, 0, a, mesh_axis) for a, d in zip(inner.in_avals, dims)]
             out_avals = [_core.unmapped_aval(size, 0, a, mesh_axis) for a in inner.out_aval]
-            super().__init__(in_avals, out_avals, inner=inner, dims=self.dims, axis_data=axis_data)
+            super().__init__(in_avals, out_avals, (inner, self.dims, axis_data))
 
         def label(self) -> str:
             return f"vmap of {self.inner.label()}"
@@ -337,12 +329,12 @@ if AVAILABLE:
 
         def _unmap_zeros(self, values, avals):
             """Zeros come out of vmap with the inner aval: give them the batched one."""
-            return [_hx.Zero(_tangent_aval(a)) if _is_zero(v) else v for v, a in zip(values, avals)]
+            return [_Zero(_tangent_aval(a)) if _is_zero(v) else v for v, a in zip(values, avals)]
 
         def _inner_tangents(self, ts, nz):
             """Tangents for `inner`: the nonzero ones (vmapped) and zeros of its own avals."""
             it = iter(ts)
-            return [next(it) if n else _hx.Zero(_tangent_aval(a)) for n, a in zip(nz, self.inner.in_avals)]
+            return [next(it) if n else _Zero(_tangent_aval(a)) for n, a in zip(nz, self.inner.in_avals)]
 
         def _sum_unbatched(self, cts):
             return [ct if ct is None or d is not None else ct.sum(0) for ct, d in zip(cts, self.dims)]
@@ -369,7 +361,7 @@ if AVAILABLE:
 
             def f(r, gs):
                 it = iter(gs)
-                full = [next(it) if n else _hx.Zero(_tangent_aval(a)) for n, a in zip(nz, self.inner.out_aval)]
+                full = [next(it) if n else _Zero(_tangent_aval(a)) for n, a in zip(nz, self.inner.out_aval)]
                 return list(self.inner.bwd_flat(r, full))
 
             return self._sum_unbatched(self._vmap(f, (0, 0))(res, [ct for ct, n in zip(cts, nz) if n]))
@@ -393,13 +385,92 @@ if AVAILABLE:
 
             def f(gs, vals):
                 g_it, v_it = iter(gs), iter(vals)
-                full_cts = [next(g_it) if n else _hx.Zero(_tangent_aval(a)) for n, a in zip(nz, self.inner.out_aval)]
+                full_cts = [next(g_it) if n else _Zero(_tangent_aval(a)) for n, a in zip(nz, self.inner.out_aval)]
                 full_args = [next(v_it) if k else None for k in known]
                 return list(self.inner.transpose_flat(full_cts, full_args))
 
             known_dims = [d for d, k in zip(self.dims, known) if k]
             got = self._vmap(f, (0, known_dims))([ct for ct, n in zip(cts, nz) if n], [a for a in args if a is not None])
             return self._sum_unbatched(got)
+
+    # ----- the two JAX primitives -------------------------------------------------------------
+    # `rules_call`: any `_Hi` operation, which says how to evaluate, batch, differentiate and
+    # transpose it. An ordinary (not "hijax") primitive, so jax.jit caches its traces and
+    # dispatches compiled programs on its fast path.
+    rules_call_p = _Primitive("rules_call")
+    rules_call_p.multiple_results = True
+
+    def _expand(*args, _prim):
+        return list(_prim.expand_flat(list(args)))
+
+    rules_call_p.def_impl(_expand)
+    rules_call_p.def_abstract_eval(lambda *avals, _prim: list(_prim.out_aval))
+    _mlir.register_lowering(rules_call_p, _mlir.lower_fun(_expand, multiple_results=True))
+
+    def _call_jvp(primals, tangents, *, _prim):
+        out, out_dot = _prim.jvp_flat(list(primals), list(tangents))
+        return list(out), list(out_dot)
+
+    def _call_transpose(cts, *args, _prim):
+        return list(_prim.transpose_flat(list(cts), [None if _ad.is_undefined_primal(a) else a for a in args]))
+
+    def _call_batch(axis_data, args, dims, *, _prim):
+        return _prim.batch(axis_data, list(args), list(dims))
+
+    def _call_linearize(is_vjp, nzs, *args, _prim):
+        """JAX linearizes; `is_vjp` says whether only to transpose the result (jax.vjp, grad)."""
+        nzs_out = [_inexact(a) for a in _prim.out_aval]
+        if is_vjp:  # the rrule: its forward pass now, its pullback as the transpose
+            out, res = _prim.fwd_flat(tuple(bool(n) for n in nzs), list(args))
+
+            def linearized(res, *tangents):
+                res_flat, res_tree = jax.tree_util.tree_flatten(res)
+                nz_in = tuple(not _is_zero(t) for t in tangents)
+                outs = iter(rules_vjp_p.bind(*res_flat, *[t for t in tangents if not _is_zero(t)],
+                                             _prim=_prim, res_tree=res_tree, nz_in=nz_in))
+                return [next(outs) if nz else _Zero(_tangent_aval(a)) for nz, a in zip(nzs_out, _prim.out_aval)]
+        else:  # a linearization to evaluate: the pushforward
+            out, res = _prim.lin_flat(tuple(bool(n) for n in nzs), list(args))
+
+            def linearized(res, *tangents):
+                got = _prim.linearized_flat(res, list(tangents))
+                return [_instantiate(t, a) if nz else _Zero(_tangent_aval(a))
+                        for t, nz, a in zip(got, nzs_out, _prim.out_aval)]
+
+        return list(out), nzs_out, res, linearized
+
+    rules_call_p_rules = (_call_jvp, _call_transpose, _call_batch, _call_linearize)
+    _ad.primitive_jvps[rules_call_p] = _call_jvp
+    _ad.primitive_transposes[rules_call_p] = _call_transpose
+    _batching.fancy_primitive_batchers[rules_call_p] = _call_batch
+    _ad.primitive_linearizations[rules_call_p] = _call_linearize
+
+    # `rules_vjp`: the linear part of a linearization for a VJP. Only ever transposed (by the
+    # pullback); JAX says so if it is evaluated, as it does for its own `custom_vjp`.
+    rules_vjp_p = _Primitive("rules_vjp")
+    rules_vjp_p.multiple_results = True
+
+    @rules_vjp_p.def_abstract_eval
+    def _vjp_abstract_eval(*avals, _prim, res_tree, nz_in):
+        return [_tangent_aval(a) for a in _prim.out_aval if _inexact(a)]
+
+    def _vjp_impl(*args, _prim, res_tree, nz_in):
+        raise ForwardModeError(
+            f"a linearization of `{_prim.label()}` made for reverse mode (jax.vjp, jax.grad) was "
+            "evaluated forwards; use jax.jvp or jax.linearize for forward mode"
+        )
+
+    rules_vjp_p.def_impl(_vjp_impl)
+
+    def _vjp_transpose(cts, *args, _prim, res_tree, nz_in):
+        n_res = res_tree.num_leaves
+        res = jax.tree_util.tree_unflatten(res_tree, args[:n_res])
+        it = iter(cts)
+        full = [next(it) if _inexact(a) else _Zero(_tangent_aval(a)) for a in _prim.out_aval]
+        x_bars = _prim.bwd_flat(res, full)
+        return [None] * n_res + [ct for ct, nz in zip(x_bars, nz_in) if nz]
+
+    _ad.primitive_transposes[rules_vjp_p] = _vjp_transpose
 
     def _instantiate(t: Any, aval: Any) -> Any:
         if not _is_zero(t):
@@ -414,6 +485,8 @@ def call(lowered: Any, dyn: list) -> Any:
     in_avals = tuple(jax.typeof(v) for v in dyn)
     known = lowered.hi_out_types.get(in_avals)
     if known is None:
+        if len(lowered.hi_out_types) >= _CACHE_SIZE:
+            lowered.hi_out_types.clear()
         closed, shape = jax.make_jaxpr(lowered.primal, return_shape=True)(*dyn)
         known = lowered.hi_out_types[in_avals] = (tuple(closed.out_avals), jax.tree_util.tree_structure(shape))
     out_avals, out_tree = known
