@@ -189,3 +189,18 @@ def test_the_custom_vjp_fallback_chooses_the_mode_when_called(custom_vjp_lowerin
         FORWARD["linearize"](both)
     with pytest.raises(Exception, match="custom_vjp"):
         FORWARD["jvp(jit)"](both)
+
+
+@needs_dual
+def test_both_modes_under_shard_map():
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((8,), ("x",), devices=jax.devices("cpu"))  # the root conftest's 8 CPUs
+    x = jax.device_put(jnp.linspace(-1.0, 2.0, 8), NamedSharding(mesh, P("x")))
+    both = make_both()
+    sharded = jax.shard_map(both, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    ones = jax.device_put(jnp.ones(8), NamedSharding(mesh, P("x")))
+    np.testing.assert_allclose(jax.jvp(sharded, (x,), (ones,))[1], 5 * 3 * x**2, rtol=1e-12)
+    np.testing.assert_allclose(jax.jit(jax.linearize(sharded, x)[1])(ones), 5 * 3 * x**2, rtol=1e-12)
+    np.testing.assert_allclose(jax.jit(jax.grad(lambda x: jnp.sum(sharded(x))))(x), 7 * 3 * x**2, rtol=1e-12)
