@@ -56,6 +56,7 @@ try:  # pragma: no branch - which branch runs depends on the installed JAX
         and hasattr(_ad, "primitive_linearizations")  # JAX asks a primitive to linearize itself,
         and "is_vjp" in inspect.signature(_ad.LinearizeTrace.__init__).parameters  # saying for what
         and hasattr(_batching, "fancy_primitive_batchers")
+        and hasattr(_batching, "infer")
         and hasattr(_core, "unmapped_aval")
         and hasattr(_core, "mapped_aval")
     )
@@ -304,7 +305,8 @@ if AVAILABLE:
         """`inner` under `jax.vmap`: each function of the protocol vmapped, batch axis 0.
 
         `dims[i]` is 0 for a batched input, None otherwise; every output is batched.
-        Residuals are batched too (an unbatched one is broadcast).
+        Residuals keep the batch axes vmap gives them (`_Residuals`): one that does not
+        depend on a batched input (a weight matrix under a vmap over examples) stays as it is.
         """
 
         def __init__(self, inner, dims, axis_data):
@@ -320,12 +322,18 @@ if AVAILABLE:
         def __rules_program_key__(self) -> tuple:
             return self.inner.__rules_program_key__()
 
-        def _vmap(self, fn, in_axes):
+        def _vmap(self, fn, in_axes, out_axes: Any = 0):
             ad_ = self.axis_data
             return jax.vmap(
-                fn, in_axes=in_axes, out_axes=0, axis_size=ad_.size, axis_name=ad_.name,
+                fn, in_axes=in_axes, out_axes=out_axes, axis_size=ad_.size, axis_name=ad_.name,
                 spmd_axis_name=ad_.spmd_name or ad_.explicit_mesh_axis,
             )
+
+        def _with_residuals(self, fn, args):
+            """`fn(*args) -> (outputs, residuals)` vmapped: outputs at axis 0, residuals where
+            vmap puts them (`batching.infer`), their axes kept beside them."""
+            (out, res), (_, axes) = self._vmap(fn, self.dims, (0, _batching.infer))(*args)
+            return out, _Residuals(res, axes)
 
         def _unmap_zeros(self, values, avals):
             """Zeros come out of vmap with the inner aval: give them the batched one."""
@@ -354,7 +362,7 @@ if AVAILABLE:
             return out, self._unmap_zeros(out_dot, self.out_aval)
 
         def fwd_flat(self, nzs, args):
-            return self._vmap(lambda *a: tuple(self.inner.fwd_flat(nzs, list(a))), self.dims)(*args)
+            return self._with_residuals(lambda *a: tuple(self.inner.fwd_flat(nzs, list(a))), args)
 
         def bwd_flat(self, res, cts):
             nz = [not _is_zero(ct) for ct in cts]
@@ -364,10 +372,11 @@ if AVAILABLE:
                 full = [next(it) if n else _Zero(_tangent_aval(a)) for n, a in zip(nz, self.inner.out_aval)]
                 return list(self.inner.bwd_flat(r, full))
 
-            return self._sum_unbatched(self._vmap(f, (0, 0))(res, [ct for ct, n in zip(cts, nz) if n]))
+            got = self._vmap(f, (res.axes, 0))(res.values, [ct for ct, n in zip(cts, nz) if n])
+            return self._sum_unbatched(got)
 
         def lin_flat(self, nzs, args):
-            return self._vmap(lambda *a: tuple(self.inner.lin_flat(nzs, list(a))), self.dims)(*args)
+            return self._with_residuals(lambda *a: tuple(self.inner.lin_flat(nzs, list(a))), args)
 
         def linearized_flat(self, res, tangents):
             nz = [not _is_zero(t) for t in tangents]
@@ -376,7 +385,7 @@ if AVAILABLE:
             def f(r, ts):
                 return list(self.inner.linearized_flat(r, self._inner_tangents(ts, nz)))
 
-            out = self._vmap(f, (0, nz_dims))(res, [t for t, n in zip(tangents, nz) if n])
+            out = self._vmap(f, (res.axes, nz_dims))(res.values, [t for t, n in zip(tangents, nz) if n])
             return self._unmap_zeros(out, self.out_aval)
 
         def transpose_flat(self, cts, args):
@@ -392,6 +401,23 @@ if AVAILABLE:
             known_dims = [d for d, k in zip(self.dims, known) if k]
             got = self._vmap(f, (0, known_dims))([ct for ct, n in zip(cts, nz) if n], [a for a in args if a is not None])
             return self._sum_unbatched(got)
+
+    class _Residuals:
+        """A batched operation's residuals and their batch axes (static: a pytree node's aux)."""
+
+        def __init__(self, values: Any, axes: Any):
+            self.values, self.axes = values, axes
+
+    def _flatten_residuals(r: _Residuals):
+        leaves, tree = jax.tree_util.tree_flatten(r.values)
+        axes = tuple(jax.tree_util.tree_leaves(r.axes, is_leaf=lambda a: a is None))
+        return leaves, (tree, axes)
+
+    def _unflatten_residuals(aux, leaves) -> _Residuals:
+        tree, axes = aux
+        return _Residuals(jax.tree_util.tree_unflatten(tree, leaves), jax.tree_util.tree_unflatten(tree, list(axes)))
+
+    jax.tree_util.register_pytree_node(_Residuals, _flatten_residuals, _unflatten_residuals)
 
     # ----- the two JAX primitives -------------------------------------------------------------
     # `rules_call`: any `_Hi` operation, which says how to evaluate, batch, differentiate and

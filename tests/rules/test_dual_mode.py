@@ -204,3 +204,32 @@ def test_both_modes_under_shard_map():
     np.testing.assert_allclose(jax.jvp(sharded, (x,), (ones,))[1], 5 * 3 * x**2, rtol=1e-12)
     np.testing.assert_allclose(jax.jit(jax.linearize(sharded, x)[1])(ones), 5 * 3 * x**2, rtol=1e-12)
     np.testing.assert_allclose(jax.jit(jax.grad(lambda x: jnp.sum(sharded(x))))(x), 7 * 3 * x**2, rtol=1e-12)
+
+
+@needs_dual
+def test_grad_of_vmap_keeps_an_unbatched_residual_unbatched():
+    @rules.primitive
+    def layer(W, x):
+        return jnp.tanh(W @ x)
+
+    @layer.rrule
+    def layer_rrule(W, x):
+        y = jnp.tanh(W @ x)
+
+        def layer_pullback(y_bar):
+            s = y_bar * (1 - y**2)
+            return NoTangent(), jnp.outer(s, x), W.T @ s
+
+        return y, layer_pullback
+
+    W, xs = jnp.arange(12.0).reshape(3, 4) / 10, jnp.arange(20.0).reshape(5, 4) / 7
+    loss = lambda W, xs: jnp.sum(jax.vmap(layer, in_axes=(None, 0))(W, xs) ** 2)  # noqa: E731
+    plain = lambda W, xs: jnp.sum(jnp.tanh(xs @ W.T) ** 2)  # noqa: E731
+    for got, want in zip(jax.grad(loss, argnums=(0, 1))(W, xs), jax.grad(plain, argnums=(0, 1))(W, xs)):
+        np.testing.assert_allclose(got, want, rtol=1e-10)
+    # W is a residual of the batched forward pass: used as it is, never broadcast to (5, 3, 4)
+    # (the pullback's own per-example outer products are (5, 3, 4): count the broadcasts of W)
+    jaxpr = jax.make_jaxpr(jax.grad(loss))(W, xs).jaxpr
+    w_var = jaxpr.invars[0]
+    broadcasts = [e for e in jaxpr.eqns if e.primitive.name == "broadcast_in_dim" and w_var in e.invars]
+    assert broadcasts == []
