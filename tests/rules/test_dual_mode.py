@@ -17,7 +17,7 @@ X = jnp.array([0.5, -1.0, 2.0])
 ONES = jnp.ones(3)
 FRULE, RRULE = 5 * 3 * X**2, 7 * 3 * X**2  # what each (wrong) rule says d(x^3)/dx is
 
-needs_dual = pytest.mark.skipif(not _dual.AVAILABLE, reason="this JAX lacks the internals of the dual-mode lowering (fallback tested below)")
+needs_dual = pytest.mark.skipif(not _dual.ENABLED, reason="the dual-mode lowering is off: this JAX lacks its internals, or ZYGOTE_JAX_LOWERING=custom_vjp (fallback tested below)")
 
 
 def make_both():

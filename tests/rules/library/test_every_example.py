@@ -58,7 +58,7 @@ def test_forward_mode_and_linearize_agree_on_every_shipped_rrule(f, example):
     from rules.testing._compare import WithTangent
 
     if not _dual.ENABLED:
-        pytest.skip("jax.linearize of an rrule needs the dual-mode lowering (tests/rules/test_dual_mode.py)")
+        pytest.skip("jax.linearize of an rrule needs the dual-mode lowering, which is off (tests/rules/test_dual_mode.py)")
     import importlib
 
     from rules.testing._testers import _primitive_for
