@@ -1,8 +1,8 @@
 """The adapter: a primitive's rules lowered into JAX (`_dual`, `jax.custom_vjp`, `jax.custom_jvp`).
 
-A primitive with an rrule is, where JAX has hijax primitives, one JAX primitive that keeps its
-rules (`_dual.call`, mode DUAL); `_Lowered` below holds the rules and every conversion, and
-`_dual` routes JAX's requests to them. Elsewhere (and for an frule alone) the rules become a
+A primitive with an rrule is, where JAX has the internals `_dual` uses, one JAX primitive
+that keeps its rules (`_dual.call`, mode DUAL); `_Lowered` below holds the rules and every
+conversion, and `_dual` routes JAX's requests to them. Elsewhere (and for an frule alone) the rules become a
 `jax.custom_vjp` or `jax.custom_jvp`, the mode chosen when the primitive is called.
 
 Conversions happen in two places only:

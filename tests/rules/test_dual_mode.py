@@ -184,6 +184,7 @@ def test_the_custom_vjp_fallback_chooses_the_mode_when_called(custom_vjp_lowerin
     for route in ("grad", "jit(grad)", "grad(jit)", "vmap(grad)", "grad(scan)", "grad(checkpoint)"):
         np.testing.assert_allclose(REVERSE[route](both), RRULE, rtol=1e-12)
     assert "custom_vjp_call" in str(jax.make_jaxpr(both)(X))
+    np.testing.assert_allclose(jnp.diagonal(jax.hessian(lambda x: jnp.sum(both(x)))(X)), 7 * 6 * X, rtol=1e-12)
     # what it cannot do: forward mode through a trace made for reverse mode (jax.custom_vjp)
     with pytest.raises(Exception, match="custom_vjp"):
         FORWARD["linearize"](both)

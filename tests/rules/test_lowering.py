@@ -722,43 +722,7 @@ def test_a_pullback_jax_cannot_transpose_leaves_no_forward_mode_and_says_why(mod
     assert "define an frule (`@looped.frule`)" in message
 
 
-def make_both():
-    """Both rules, both deliberately wrong and told apart: frule 5x, rrule 7x."""
-
-    @rules.primitive
-    def both(x):
-        return x**3
-
-    @both.rrule
-    def both_rrule(x):
-        return both(x), lambda y_bar: (NoTangent(), y_bar * 7 * 3 * x**2)
-
-    @both.frule
-    def both_frule(tangents, x):
-        return both(x), 5 * 3 * x**2 * tangents[1]
-
-    return both
-
-
-def test_primitive_with_both_rules_uses_the_rrule_in_reverse_mode(maybe_jit):
-    both = make_both()
-    np.testing.assert_allclose(maybe_jit(jax.grad(sum_of(both)))(X), 7 * 3 * X**2)
-    np.testing.assert_allclose(maybe_jit(jax.vmap(jax.grad(both)))(X), 7 * 3 * X**2)
-    np.testing.assert_allclose(maybe_jit(jax.jacrev(both))(X), np.diag(7 * 3 * X**2))
-
-
-@pytest.mark.parametrize("mode", list(FORWARD_MODES))
-def test_primitive_with_both_rules_uses_the_frule_in_forward_mode(mode):
-    both = make_both()
-    np.testing.assert_allclose(forward_derivative(mode, both), 5 * 3 * X**2)
-    vmapped = jax.vmap(lambda x: jax.jvp(both, (x,), (1.0,))[1])(X)
-    np.testing.assert_allclose(vmapped, 5 * 3 * X**2)
-
-
-def test_forward_over_reverse_with_both_rules_differentiates_the_pullback():
-    both = make_both()
-    # jax.hessian = jacfwd(jacrev): the rrule's pullback 7 * 3x^2 * y_bar, differentiated
-    np.testing.assert_allclose(jax.hessian(sum_of(both))(X), np.diag(7 * 6 * X))
+# Both rules on one primitive, under every transformation: tests/rules/test_dual_mode.py
 
 
 # ------------------------------------------------------------------------------------------
