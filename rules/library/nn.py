@@ -5,6 +5,8 @@ plain JAX autodiff of the textbook formula does not give: finite gradients where
 overflows or meets `-inf - -inf`, one pass instead of a chain of small ops (layer norm and
 attention are in `nn_layers`). Static parameters (`axis`, `approximate`) get
 `NoTangent()`; a pullback returns one cotangent per positional argument actually passed.
+logsumexp, softmax and log_softmax also have frules (forward mode in one pass, finite on
+fully masked rows); the other functions get forward mode by transposing their pullbacks.
 The numerics live in small jitted kernels: an eager call (or pullback) is one compiled
 program instead of a dozen op-by-op dispatches; under a trace they are inlined.
 """
@@ -145,6 +147,19 @@ def _log_softmax_back(shifted, total, y_bar, axes):
     return y_bar + _softmax_times(shifted, total, -jnp.sum(y_bar, axis=axes, keepdims=True))
 
 
+def _tangent_of(tangents: tuple, x: Any) -> Any:
+    """x_dot, the tangent of the first argument (None for a zero one), projected onto x."""
+    x_dot = unthunk(tangents[1])
+    return None if isinstance(x_dot, AbstractZero) else ProjectTo(x)(x_dot)
+
+
+@_kernel
+def _softmax_mean(shifted, total, x_dot, axes):
+    """sum(softmax * x_dot) over `axes` (kept): the tangent of logsumexp; 0 on all -inf rows."""
+    return jnp.sum(_softmax_times(shifted, total, 1.0) * jnp.where(jnp.isneginf(shifted), 0.0, x_dot), axis=axes,
+                   keepdims=True)
+
+
 # ----- logsumexp ----------------------------------------------------------------------------
 @primitive(examples=[(_M,), (_M32, 0)])
 def logsumexp(x, axis=-1):
@@ -188,6 +203,17 @@ def logsumexp_rrule(*args, **kwargs):
     return y, logsumexp_pullback
 
 
+@logsumexp.frule
+def logsumexp_frule(tangents, *args, **kwargs):
+    x, axis = _bind(logsumexp.fn, args, kwargs)
+    axes = _axes(axis, jnp.ndim(x))
+    y, shifted, total = _logsumexp_and_pieces(x, axes=axes)
+    x_dot = _tangent_of(tangents, x)
+    if x_dot is None:
+        return y, ZeroTangent()
+    return y, jnp.squeeze(_softmax_mean(shifted, total, x_dot, axes=axes), axis=axes)
+
+
 # ----- softmax ------------------------------------------------------------------------------
 @primitive(examples=[(_M,), (_M32, 0)])
 def softmax(x, axis=-1):
@@ -229,6 +255,17 @@ def softmax_rrule(*args, **kwargs):
     return y, softmax_pullback
 
 
+@softmax.frule
+def softmax_frule(tangents, *args, **kwargs):
+    x, axis = _bind(softmax.fn, args, kwargs)
+    axes = _axes(axis, jnp.ndim(x))
+    y = softmax.fn(x, axis)
+    x_dot = _tangent_of(tangents, x)
+    if x_dot is None:
+        return y, ZeroTangent()
+    return y, _softmax_back(y, jnp.where(y == 0, 0.0, x_dot), axes=axes)  # the Jacobian is symmetric
+
+
 # ----- log_softmax --------------------------------------------------------------------------
 @primitive(examples=[(_M,), (_M32, 0)])
 def log_softmax(x, axis=-1):
@@ -268,6 +305,17 @@ def log_softmax_rrule(*args, **kwargs):
         return _cotangents(args, project_x(_log_softmax_back(shifted, total, y_bar, axes=axes)))
 
     return y, log_softmax_pullback
+
+
+@log_softmax.frule
+def log_softmax_frule(tangents, *args, **kwargs):
+    x, axis = _bind(log_softmax.fn, args, kwargs)
+    axes = _axes(axis, jnp.ndim(x))
+    y, shifted, total = _log_softmax_and_pieces(x, axes=axes)
+    x_dot = _tangent_of(tangents, x)
+    if x_dot is None:
+        return y, ZeroTangent()
+    return y, x_dot - _softmax_mean(shifted, total, x_dot, axes=axes)
 
 
 # ----- softmax_cross_entropy ----------------------------------------------------------------

@@ -256,11 +256,33 @@ def test_static_arguments_get_no_tangent_and_arity_follows_the_call():
     assert rules.rrule(nn.gelu, x, True)[1](x)[2] is rules.NoTangent()
 
 
-def test_reverse_only_rules_serve_forward_mode_by_transposition_and_hessians():
+def test_forward_mode_and_hessians_agree_with_jax():
     x = jnp.array([0.3, -1.0, 2.0])
     np.testing.assert_allclose(jax.jvp(nn.logsumexp, (x,), (x,))[1], jax.jvp(jax.nn.logsumexp, (x,), (x,))[1])
     hessian, expected = jax.jit(jax.hessian(nn.logsumexp))(x), jax.jit(jax.hessian(jax.nn.logsumexp))(x)
     np.testing.assert_allclose(hessian, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("f, args, static", [
+    (nn.logsumexp, (nn._M,), ()), (nn.logsumexp, (nn._M32,), (0,)),
+    (nn.softmax, (nn._M,), (0,)), (nn.log_softmax, (nn._M32,), ()),
+], ids=["logsumexp", "logsumexp-axis0-float32", "softmax-axis0", "log_softmax-float32"])
+def test_jax_jvp_runs_the_frule_and_jax_grad_the_rrule(f, args, static, check_forward_mode):
+    check_forward_mode(f, *args, static=static)
+
+
+@pytest.mark.parametrize("name", ["logsumexp", "softmax", "log_softmax"])
+def test_forward_mode_of_masked_rows_is_finite_where_jax_has_nan(name):
+    x = jnp.array([[-jnp.inf, -jnp.inf, -jnp.inf], [0.0, -jnp.inf, 1.0]])
+    x_dot = jnp.array([[0.3, 0.1, -2.0], [1.0, 0.5, 0.2]])
+    ours = jax.jit(lambda x, t: jax.jvp(getattr(nn, name), (x,), (t,))[1])(x, x_dot)
+    reference = jax.jit(lambda x, t: jax.jvp(lambda x: getattr(jax.nn, name)(x, axis=-1), (x,), (t,))[1])(x, x_dot)
+    assert np.isnan(reference[0]).all() and finite(ours)
+    np.testing.assert_allclose(ours[1], reference[1], rtol=1e-12)  # the row that is not all -inf
+    # and it is the transpose of the rrule there too: <y_bar, J x_dot> = <J^T y_bar, x_dot>
+    y_bar = jnp.array([[1.0, -0.5, 2.0], [0.25, 1.5, -1.0]])[..., : ours.shape[-1] if ours.ndim == 2 else 1].reshape(ours.shape)
+    x_bar = jax.vjp(getattr(nn, name), x)[1](y_bar)[0]
+    np.testing.assert_allclose(jnp.sum(ours * y_bar), jnp.sum(x_bar * x_dot), rtol=1e-12)
 
 
 # ----- against optax and jax.nn (issue 14: as fast, in float32) -------------------------------
