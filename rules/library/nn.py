@@ -203,15 +203,22 @@ def logsumexp_rrule(*args, **kwargs):
     return y, logsumexp_pullback
 
 
-@logsumexp.frule
-def logsumexp_frule(tangents, *args, **kwargs):
-    x, axis = _bind(logsumexp.fn, args, kwargs)
+def _frule_through_softmax_mean(prim, pieces, finish, tangents, args, kwargs):
+    """(y, finish(x_dot, sum(softmax * x_dot) kept over axes, axes)): the frules of logsumexp
+    and log_softmax, whose `pieces(x, axes)` give (y, shifted, total)."""
+    x, axis = _bind(prim.fn, args, kwargs)
     axes = _axes(axis, jnp.ndim(x))
-    y, shifted, total = _logsumexp_and_pieces(x, axes=axes)
+    y, shifted, total = pieces(x, axes=axes)
     x_dot = _tangent_of(tangents, x)
     if x_dot is None:
         return y, ZeroTangent()
-    return y, jnp.squeeze(_softmax_mean(shifted, total, x_dot, axes=axes), axis=axes)
+    return y, finish(x_dot, _softmax_mean(shifted, total, x_dot, axes=axes), axes)
+
+
+@logsumexp.frule
+def logsumexp_frule(tangents, *args, **kwargs):
+    return _frule_through_softmax_mean(logsumexp, _logsumexp_and_pieces, lambda x_dot, mean, axes: jnp.squeeze(mean, axis=axes),
+                                       tangents, args, kwargs)
 
 
 # ----- softmax ------------------------------------------------------------------------------
@@ -309,13 +316,8 @@ def log_softmax_rrule(*args, **kwargs):
 
 @log_softmax.frule
 def log_softmax_frule(tangents, *args, **kwargs):
-    x, axis = _bind(log_softmax.fn, args, kwargs)
-    axes = _axes(axis, jnp.ndim(x))
-    y, shifted, total = _log_softmax_and_pieces(x, axes=axes)
-    x_dot = _tangent_of(tangents, x)
-    if x_dot is None:
-        return y, ZeroTangent()
-    return y, x_dot - _softmax_mean(shifted, total, x_dot, axes=axes)
+    return _frule_through_softmax_mean(log_softmax, _log_softmax_and_pieces, lambda x_dot, mean, axes: x_dot - mean,
+                                       tangents, args, kwargs)
 
 
 # ----- softmax_cross_entropy ----------------------------------------------------------------
