@@ -155,8 +155,10 @@ if AVAILABLE:
             raise NotImplementedError
 
         def __rules_program_key__(self) -> tuple:
-            """What tells two of these apart beyond the printed jaxpr (rules.testing's reuse)."""
-            raise NotImplementedError
+            """What tells two of these apart beyond the printed jaxpr (rules.testing's reuse):
+            the lowering (`_RulesCall`, `_Pushforward`), its rules and the function."""
+            lowered = self.lowered  # type: ignore[attr-defined]
+            return (lowered, lowered.rr, lowered.fr, lowered.prim.fn)
 
         def __rules_expansion__(self) -> Any:
             """The jaxpr this stands for (its text and callables key rules.testing's reuse)."""
@@ -173,9 +175,6 @@ if AVAILABLE:
         def label(self) -> str:
             return self.lowered.name
 
-        def __rules_program_key__(self) -> tuple:
-            return (self.lowered, self.lowered.rr, self.lowered.fr, self.lowered.prim.fn)
-
         def expand_flat(self, args):
             return jax.tree_util.tree_leaves(self.lowered.primal(*args))
 
@@ -184,8 +183,7 @@ if AVAILABLE:
             return jax.tree_util.tree_leaves(y), residual
 
         def bwd_flat(self, res, cts):
-            g = [SymbolicZero(_tangent_aval(a)) if _is_zero(ct) else ct for a, ct in zip(self.out_aval, cts)]
-            return list(self.lowered.bwd(res, g))
+            return _pullback(self.lowered, res, self.out_aval, cts)
 
         def jvp_flat(self, primals, tangents):
             return list(self(*primals)), self.pushforward(primals, tangents)
@@ -246,9 +244,6 @@ if AVAILABLE:
         def label(self) -> str:
             return f"pushforward of {self.lowered.name}"
 
-        def __rules_program_key__(self) -> tuple:
-            return (self.lowered, self.lowered.rr, self.lowered.fr, self.lowered.prim.fn)
-
         def _tangents(self, ts) -> list:
             tangents: list[Any] = [SymbolicZero(_tangent_aval(a)) for a in self.in_avals[: self.n]]
             for i, t in zip(self.moved, ts):
@@ -270,12 +265,8 @@ if AVAILABLE:
                 raise NotImplementedError(f"{self!r} is linear only in its tangents")
             perturbed = [i in self.moved for i in range(self.n)]
             y, residual = self.lowered.fwd(*[_Primal(v, p) for v, p in zip(primals, perturbed)])
-            it, g = iter(cts), []
-            for leaf in jax.tree_util.tree_leaves(y):
-                zero = SymbolicZero(_tangent_aval(jax.typeof(leaf)))
-                ct = next(it) if _inexact(jax.typeof(leaf)) else zero
-                g.append(zero if _is_zero(ct) else ct)
-            x_bars = self.lowered.bwd(residual, g)
+            y_avals = [jax.typeof(leaf) for leaf in jax.tree_util.tree_leaves(y)]
+            x_bars = _pullback(self.lowered, residual, y_avals, _with_zeros(y_avals, cts))
             return [None] * self.n + [x_bars[i] for i in self.moved]
 
         # Derivatives of the pushforward itself (second order): JAX differentiates the rule.
@@ -491,12 +482,20 @@ if AVAILABLE:
     def _vjp_transpose(cts, *args, _prim, res_tree, nz_in):
         n_res = res_tree.num_leaves
         res = jax.tree_util.tree_unflatten(res_tree, args[:n_res])
-        it = iter(cts)
-        full = [next(it) if _inexact(a) else _Zero(_tangent_aval(a)) for a in _prim.out_aval]
-        x_bars = _prim.bwd_flat(res, full)
+        x_bars = _prim.bwd_flat(res, _with_zeros(_prim.out_aval, cts))
         return [None] * n_res + [ct for ct, nz in zip(x_bars, nz_in) if nz]
 
     _ad.primitive_transposes[rules_vjp_p] = _vjp_transpose
+
+    def _with_zeros(out_avals, cts) -> list:
+        """Cotangents of every output: `cts` for the inexact ones, in order, zeros for the rest."""
+        it = iter(cts)
+        return [next(it) if _inexact(a) else _Zero(_tangent_aval(a)) for a in out_avals]
+
+    def _pullback(lowered, residual, out_avals, cts) -> list:
+        """`lowered`'s pullback of JAX's output cotangents (zeros symbolic), one per input."""
+        g = [SymbolicZero(_tangent_aval(a)) if _is_zero(ct) else ct for a, ct in zip(out_avals, cts)]
+        return list(lowered.bwd(residual, g))
 
     def _instantiate(t: Any, aval: Any) -> Any:
         if not _is_zero(t):

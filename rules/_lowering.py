@@ -2,8 +2,9 @@
 
 A primitive with an rrule is, where JAX has the internals `_dual` uses, one JAX primitive
 that keeps its rules (`_dual.call`, mode DUAL); `_Lowered` below holds the rules and every
-conversion, and `_dual` routes JAX's requests to them. Elsewhere (and for an frule alone) the rules become a
-`jax.custom_vjp` or `jax.custom_jvp`, the mode chosen when the primitive is called.
+conversion, and `_dual` routes JAX's requests to them. Elsewhere (and for an frule alone)
+the rules become a `jax.custom_vjp` or `jax.custom_jvp`, the mode chosen when the
+primitive is called.
 
 Conversions happen in two places only:
 
@@ -243,11 +244,14 @@ def call_lowered(prim: Any, args: tuple, kwargs: dict, leaves: list, treedef: An
     dyn = [leaf for leaf, k in zip(leaves, kinds) if k != STATIC]
     # reverse mode (and no differentiation) through the rrule; forward mode through the
     # frule, or, for an rrule alone, through the transpose of its pullback
-    mode = VJP if rr is not None else JVP
-    if mode == VJP and _dual.ENABLED:
+    if rr is None:
+        mode = JVP
+    elif _dual.ENABLED:
         mode = DUAL  # one primitive that JAX asks for the rule each transformation needs
-    elif mode == VJP and any(map(_in_forward_mode, dyn)):
+    elif any(map(_in_forward_mode, dyn)):
         mode = JVP if fr is not None else JVP_BY_TRANSPOSE
+    else:
+        mode = VJP
     key = (rr, fr, mode, treedef, kinds, tuple(_static_key(leaf) if k == STATIC else None for leaf, k in zip(leaves, kinds)))
     cache = prim._lowered
     try:
