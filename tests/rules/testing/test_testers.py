@@ -940,6 +940,34 @@ def test_a_second_check_of_the_same_signature_compiles_nothing_and_still_runs_th
     assert calls["rrule"] > traced
 
 
+def test_quick_compile_options_unknown_to_xla_are_left_out_not_fatal():
+    """XLA renames and retires its debug options; a check must still compile where one of
+    ours is gone (it is left out), with the options XLA has."""
+    from rules.testing import _compiled
+
+    kept = _compiled._accepted({"xla_backend_optimization_level": 0, "xla_no_such_option_zj": True})
+    assert kept == {"xla_backend_optimization_level": 0}
+    if jax.default_backend() == "cpu":  # every option we ship is known to the XLA we test with
+        assert _compiled._quick_options() == _compiled._QUICK_OPTIONS
+
+
+def test_a_quickly_compiled_program_computes_what_the_default_compilation_does():
+    """The quick options change how CPU code is generated, not what it computes: the same
+    transcendental-heavy program agrees with the default compilation to the last bits (an
+    ulp or two of the output's scale; level 0 alone already moves about half the elements
+    by one)."""
+    from rules.testing import _compiled
+
+    def program(x):
+        return jnp.tanh(jnp.exp(jnp.sin(x)) * jnp.log1p(x * x)) + jax.scipy.special.erf(x) ** 3
+
+    for dtype in (jnp.float32, jnp.float64):
+        x = jnp.linspace(-3.0, 3.0, 64, dtype=dtype)
+        quick, default = _compiled.jit(program)(x), jax.jit(program)(x)
+        scale = float(jnp.max(jnp.abs(default)))
+        assert float(jnp.max(jnp.abs(quick - default))) <= 4 * np.finfo(dtype).eps * scale
+
+
 def test_a_helper_changed_since_the_last_check_is_checked_as_it_is_now(monkeypatch):
     """Nothing stale: a rule calling a module-level helper that changes between two checks
     (a notebook cell run again, a monkeypatch) is checked with the new helper."""
