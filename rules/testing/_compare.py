@@ -62,6 +62,18 @@ def _perturbable(x: Any) -> bool:
     return any(is_differentiable_leaf(leaf) for leaf in jax.tree_util.tree_leaves(x))
 
 
+def random_values(leaf: Any, rng: np.random.Generator, dtype: Any = None) -> np.ndarray:
+    """Standard normal values (both parts for a complex leaf) of `leaf`'s shape, as a NumPy
+    array of `dtype` (default: the leaf's), drawn from `rng` as `rand_tangent` draws them;
+    NumPy also for a traced leaf, whose shape and dtype are known."""
+    shape = np.shape(leaf)
+    dtype = np.dtype(jnp.result_type(leaf)) if dtype is None else np.dtype(dtype)
+    value = rng.standard_normal(shape)
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        value = value + 1j * rng.standard_normal(shape)
+    return np.asarray(value).astype(dtype)
+
+
 def rand_tangent(x: Any, *, seed: int | np.random.Generator = 0) -> Any:
     """A random tangent for `x`: same structure and dtypes; `NoTangent()` where x can't move.
 
@@ -84,11 +96,8 @@ def rand_tangent(x: Any, *, seed: int | np.random.Generator = 0) -> Any:
     def leaf_tangent(leaf):
         if not is_differentiable_leaf(leaf):
             return NoTangent()
-        shape = np.shape(leaf)
         dtype = np.dtype(jnp.result_type(leaf))
-        value = rng.standard_normal(shape)
-        if jnp.issubdtype(dtype, jnp.complexfloating):
-            value = value + 1j * rng.standard_normal(shape)
+        value = random_values(leaf, rng, np.complex128 if jnp.issubdtype(dtype, jnp.complexfloating) else np.float64)
         if isinstance(leaf, (float, complex)):
             try:
                 return type(leaf)(value)

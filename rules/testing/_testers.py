@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._dual import forward_mode_required
 from .._errors import ForwardModeError, RuleDefinitionError, describe_argument, format_message
 from .._notimplemented import NotImplementedTangent
 from .._primitive import Primitive, unwrap
@@ -40,6 +41,7 @@ from ._compare import (
     mask_leaves,
     not_implemented_mask,
     rand_tangent,
+    random_values,
     test_approx,
     without_not_implemented,
 )
@@ -309,12 +311,14 @@ def _batch(tree: Any, seed: int, scale: float = 0.05, relative: bool = False) ->
     def stack(leaf):
         if not is_differentiable_leaf(leaf):
             return leaf
-        # arrays in NumPy: each eager jax.numpy operation would compile for its shape
-        x = np.asarray(leaf) if isinstance(leaf, (jax.Array, np.ndarray, np.generic)) else jnp.asarray(leaf)
-        r = np.asarray(rand_tangent(x, seed=rng))
+        if isinstance(leaf, jax.core.Tracer):  # inside a check's program (`_lowered_in_program`)
+            x, xp = leaf, jnp
+        else:  # arrays in NumPy: each eager jax.numpy operation would compile for its shape
+            x = np.asarray(leaf) if isinstance(leaf, (jax.Array, np.ndarray, np.generic)) else jnp.asarray(leaf)
+            xp = np if isinstance(x, np.ndarray) else jnp
+        r = random_values(x, rng)
         other = x + scale * (r * x if relative else r)
-        stacked = (np if isinstance(x, np.ndarray) else jnp).stack([x, other.astype(x.dtype)])
-        return stacked
+        return xp.stack([x, other.astype(x.dtype)])
 
     axes = jax.tree_util.tree_map(lambda l: 0 if is_differentiable_leaf(l) else None, tree)
     return jax.tree_util.tree_map(stack, tree), axes
@@ -330,7 +334,7 @@ def _slice(tree: Any, axes: Any, k: int) -> Any:
 
 
 def _host(x: Any) -> Any:
-    return np.asarray(x) if isinstance(x, jax.Array) else x
+    return np.asarray(x) if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer) else x
 
 
 def _check_close(tester, name, what, got, expected, rtol, atol, argument=None) -> float:
@@ -381,15 +385,65 @@ class _RruleSpec(NamedTuple):
     seed: int
     indices: tuple  # not `index`, which would shadow tuple.index (here and in the specs below)
     check_thunked: bool
+    lowered: _InProgram | None = None  # the lowered primitive's checks, traced into the same program
+
+
+class _InProgram(NamedTuple):
+    """The lowered primitive's checks that `test_rrule` and `test_frule` trace into the rule's
+    own program (`_lowered_in_program`). Compiling a program costs ~10 ms however small it
+    is, and lowering it as much again: one program per example instead of two or three
+    takes a third off `python -m rules check`. The host compares as before; where anything
+    of it fails in the program, the check runs on its own, which reports why."""
+
+    prim: Any
+    vmap: bool
+    transposition: bool  # an rrule without an frule: jax.jvp by the transposed pullback too
+
+
+def _lowered_in_program(spec: _InProgram, what: str, ps: tuple, fkwargs: dict, idx: tuple, other: Any,
+                        tangents: dict, seed: int) -> tuple | None:
+    """Inside the rule's program: the lowered primitive's `jax.{what}` at the arguments `idx`
+    as `_check_variants` evaluates it at its first step (`other`: y_bar or the tangents),
+    and with `spec.transposition` its `jax.jvp` by the transposed pullback as
+    `_check_forward_by_transposition` does ("rev" where JAX cannot transpose the pullback).
+    None where it cannot be traced here."""
+    if not idx:
+        return None
+    a0 = tuple(ps[i] for i in idx)
+    variants = _VariantsSpec(what, spec.prim, idx, spec.vmap, True)
+    try:
+        if spec.vmap:
+            args_b, axes = _batch(a0, seed + 3, _VMAP_STEPS[0], relative=True)
+            other_b, other_axes = _batch(other, seed + 4)
+            result = _variants_body(variants, ps, fkwargs, a0, other, _slice(args_b, axes, 1),
+                                    _slice(other_b, other_axes, 1), args_b, other_b)
+        else:
+            result = _variants_body(variants, ps, fkwargs, a0, other)
+    except Exception:  # noqa: BLE001 - `_check_variants` runs it on its own and reports why
+        return None
+    forward: tuple | None = None
+    if spec.transposition:
+        try:
+            with forward_mode_required():  # a pullback JAX cannot transpose raises here, not when compiled
+                y_dot = _variants_body(_VariantsSpec("jvp", spec.prim, idx, False, True), ps, fkwargs, a0,
+                                       tuple(tangents[i] for i in idx))[1]
+            forward = ("fwd+rev", y_dot)
+        except ForwardModeError:
+            forward = ("rev", None)
+        except Exception:  # noqa: BLE001 - checked on its own, as above
+            forward = None
+    return idx, result, forward
 
 
 def _slot(f: Any, ps: tuple, i: int) -> Any:
     return f if i < 0 else ps[i]
 
 
-def _rrule_body(spec: _RruleSpec, ps: tuple, fkwargs: dict, output_tangent: Any) -> dict:
+def _rrule_body(spec: _RruleSpec, ps: tuple, fkwargs: dict, output_tangent: Any, tangents: dict | None = None) -> dict:
     """The rrule, its pullback and the checks of their conventions (types, arity, shapes and
-    dtypes); what needs values comes back, as dense arrays, to be compared by `test_rrule`."""
+    dtypes); what needs values comes back, as dense arrays, to be compared by `test_rrule`.
+    With `spec.lowered`, the lowered primitive's checks too (`tangents`: the dense tangent
+    of each perturbed slot, for forward mode)."""
     tester, name, f = "test_rrule", spec.name, spec.f
     y, pullback = _call_rule(tester, name, "rrule", lambda: (spec.rrule_f or rrule)(f, *ps, **fkwargs))
     y_bar = rand_tangent(y, seed=spec.seed + 1) if output_tangent is None else output_tangent
@@ -419,6 +473,10 @@ def _rrule_body(spec: _RruleSpec, ps: tuple, fkwargs: dict, output_tangent: Any)
         again = _check_arity(tester, name, pullback(Thunk(lambda: y_bar)), len(ps))
         for i in out["dense"]:
             out["again"][i] = dense_like(without_not_implemented(again[1 + i]), _slot(f, ps, i))
+    if spec.lowered is not None:
+        idx = tuple(i for i in spec.indices if i not in out["broken"] and i not in out["masks"])
+        out["lowered"] = _lowered_in_program(spec.lowered, "vjp", ps, fkwargs, idx, out["y_bar_dense"],
+                                             tangents or {}, spec.seed)
     return out
 
 
@@ -496,7 +554,13 @@ def test_rrule(
     spec = _RruleSpec(name, f, rrule_f, seed, tuple(problem.index), check_thunked_output_tangent)
     evaluate = functools.partial(_rrule_body, spec)
     compiled = check_jit and problem.size() <= COMPILED_LIMIT
-    ev = _evaluate(evaluate, (primals, fkwargs, output_tangent), compiled)
+    with_frule = _has(frule, f, primals)
+    in_program = None
+    if compiled and problem.index and not _unlowered(f, problem):
+        in_program = functools.partial(_rrule_body, spec._replace(lowered=_InProgram(
+            _primitive_for(problem.f), check_vmap, not with_frule)))
+    ev = _evaluate(evaluate, (primals, fkwargs, output_tangent, dict(zip(problem.index, problem.tangents))),
+                   compiled, in_program)
     y, y_bar_dense, dense, masks, broken = ev["y"], ev["y_bar_dense"], ev["dense"], ev["masks"], ev["broken"]
     try:
         test_approx(y, ev["y_expected"], rtol=rtol, atol=atol)
@@ -551,16 +615,18 @@ def test_rrule(
                          1e-12, 1e-14, _arg(i))
         checks.append("thunked seed")
 
-    modes = "fwd+rev" if _has(frule, f, primals) else ""
+    modes = "fwd+rev" if with_frule else ""
     lowered = problem.without(set(broken) | set(masks))  # JAX would raise on a NotImplementedTangent
+    done = ev.get("lowered")  # evaluated in the rule's program, for these slots
+    variants, by_transposition = (done[1], done[2]) if done and done[0] == tuple(lowered.index) else (None, None)
     if unlowered := _unlowered(f, problem):
         checks.append(unlowered)
     elif lowered.index:
         checks += _lowered(tester, name, _check_lowered_vjp, lowered, y_bar_dense, y, dense,
-                           check_jit, check_vmap, seed)
+                           check_jit, check_vmap, seed, variants)
         if not modes:
             forward = _lowered(tester, name, _check_forward_by_transposition, lowered, y_bar_dense, y, dense,
-                               check_jit)
+                               check_jit, by_transposition)
             checks += forward
             modes = "fwd+rev" if forward else "rev"
     return RuleReport(name, "rrule", use_mode, worst, tuple(checks), time.perf_counter() - start, modes or "rev")
@@ -703,25 +769,31 @@ def _check_traced_like_eager(tester, name, what, traced, eager, problem, y, argu
                  traced, eager, rtol, atol, argument)
 
 
-def _evaluate(body: Callable, args: tuple, compiled: bool) -> Any:
+def _evaluate(body: Callable, args: tuple, compiled: bool, in_program: Callable | None = None) -> Any:
     """`body(*args)` as one compiled program (see `_compiled`), or eagerly.
 
     The checks of conventions inside `body` run on tracers, as they look at types, shapes
-    and dtypes only. Where the rule cannot be traced (Python control flow on values, NumPy on
-    its inputs), `body` runs eagerly instead, as it always does with `compiled=False`; the
-    checks of the lowered primitive under `jax.jit` then report why.
+    and dtypes only. `in_program`, `body` with the lowered primitive's checks traced into it,
+    is tried first; where it fails, `body` alone. Where the rule cannot be traced (Python
+    control flow on values, NumPy on its inputs), `body` runs eagerly instead, as it always
+    does with `compiled=False`; the checks of the lowered primitive under `jax.jit` then
+    report why.
     """
     if not compiled:
         return body(*args)
-    try:
-        return run_compiled(body, *args)
-    except AssertionError:
-        raise  # a check failed
-    except Exception:  # noqa: BLE001 - not traceable, or the rule raised: eagerly, as before
-        return body(*args)
+    for candidate in (in_program, body):
+        if candidate is None:
+            continue
+        try:
+            return run_compiled(candidate, *args)
+        except AssertionError:
+            raise  # a check failed
+        except Exception:  # noqa: BLE001 - not traceable, or the rule raised: the next, then eagerly
+            continue
+    return body(*args)
 
 
-def _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, check_vmap, seed) -> list[str]:
+def _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, check_vmap, seed, done=None) -> list[str]:
     def against_rule(label, result):
         for i, g, w in zip(problem.index, result[1], want):
             _check_close(tester, name, f"the lowered primitive's {label} differs from the pullback",
@@ -731,7 +803,7 @@ def _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, 
     want = tuple(dense[i] for i in problem.index)
     batch = lambda: _batch(y_bar_dense, seed + 4)  # noqa: E731
     return _check_variants(tester, problem, "vjp", y_bar_dense, batch, against_rule,
-                           check_jit, check_vmap, seed, rtol, atol, name)
+                           check_jit, check_vmap, seed, rtol, atol, name, done)
 
 
 def _call_merged(prim: Any, index: tuple, full: tuple, fkwargs: dict, *dargs: Any) -> Any:
@@ -796,7 +868,7 @@ def _primitive_for(f: Any) -> Any:
 
 
 def _check_variants(tester, problem, what, other, batch_other, against_rule, check_jit, check_vmap,
-                    seed, rtol, atol, name) -> list[str]:
+                    seed, rtol, atol, name, done=None) -> list[str]:
     """The lowered primitive's `jax.{what}` at `(problem.args, other)` under `jax.jit`
     (eagerly with `check_jit=False`), then under `jax.vmap`.
 
@@ -806,7 +878,8 @@ def _check_variants(tester, problem, what, other, batch_other, against_rule, che
     that traces to the same program, where eager evaluation would compile each
     operation of the rule again in every context JAX evaluates it in. The second point is
     the first moved slightly; if f is not finite there where it is at the first (arccos near
-    1), a shorter move is tried, by the same program.
+    1), a shorter move is tried, by the same program. `done`: the results of the first
+    step, evaluated in the rule's program (`_lowered_in_program`).
     """
     label = f"jax.jit(jax.{what})" if check_jit else f"jax.{what}"
     spec = _VariantsSpec(what, _primitive_for(problem.f), tuple(problem.index), check_vmap, check_jit)
@@ -814,14 +887,18 @@ def _check_variants(tester, problem, what, other, batch_other, against_rule, che
     run = functools.partial(run_compiled, body) if check_jit else body
     full, fkwargs, args = problem.primals, problem.fkwargs, problem.args
     if not check_vmap:
-        against_rule(label, run(full, fkwargs, args, other))
+        against_rule(label, done if done is not None else run(full, fkwargs, args, other))
         return [label]
     other_b, other_axes = batch_other()
     other_1 = _slice(other_b, other_axes, 1)
     want = None
-    for scale in _VMAP_STEPS:
-        args_b, axes = _batch(args, seed + 3, scale, relative=True)
-        first, second, batched = run(full, fkwargs, args, other, _slice(args_b, axes, 1), other_1, args_b, other_b)
+    for step, scale in enumerate(_VMAP_STEPS):
+        if step == 0 and done is not None:
+            first, second, batched = done
+        else:
+            args_b, axes = _batch(args, seed + 3, scale, relative=True)
+            first, second, batched = run(full, fkwargs, args, other, _slice(args_b, axes, 1), other_1, args_b,
+                                         other_b)
         if want is None:
             against_rule(label, first)
             want = _finite_pattern(first)
@@ -834,20 +911,27 @@ def _check_variants(tester, problem, what, other, batch_other, against_rule, che
     return [label, "jax.vmap"]
 
 
-def _check_forward_by_transposition(tester, name, problem, y_bar_dense, y, dense, check_jit=True) -> list[str]:
+def _check_forward_by_transposition(tester, name, problem, y_bar_dense, y, dense, check_jit=True,
+                                    done=None) -> list[str]:
     """Without an frule, forward mode transposes the pullback: `<y_bar, J x_dot> == <J^T y_bar, x_dot>`.
 
     Returns the check's label, or nothing where JAX cannot transpose the pullback (then the
     primitive has reverse mode only, which is reported, not failed). Compiled with
-    `check_jit`, else eagerly.
+    `check_jit`, else eagerly. `done`: `("fwd+rev", y_dot)` or `("rev", None)` from the rule's
+    program (`_lowered_in_program`).
     """
-    spec = _VariantsSpec("jvp", _primitive_for(problem.f), tuple(problem.index), False, check_jit)
-    body = functools.partial(_variants_body, spec)
-    run = functools.partial(run_compiled, body) if check_jit else body
-    try:
-        _, y_dot = run(problem.primals, problem.fkwargs, problem.args, problem.tangents)
-    except ForwardModeError:
-        return []
+    if done is not None:
+        if done[0] == "rev":
+            return []
+        y_dot = done[1]
+    else:
+        spec = _VariantsSpec("jvp", _primitive_for(problem.f), tuple(problem.index), False, check_jit)
+        body = functools.partial(_variants_body, spec)
+        run = functools.partial(run_compiled, body) if check_jit else body
+        try:
+            _, y_dot = run(problem.primals, problem.fkwargs, problem.args, problem.tangents)
+        except ForwardModeError:
+            return []
     lhs, lhs_scale = _real_inner(y_bar_dense, y_dot)
     rhs, rhs_scale = _real_inner(tuple(dense[i] for i in problem.index), problem.tangents)
     rtol, atol = _lowered_tol(problem.args, y)
@@ -868,10 +952,12 @@ class _FruleSpec(NamedTuple):
     seed: int
     indices: tuple
     transposable: bool  # an rrule applies too: check the two are transposes
+    lowered: _InProgram | None = None  # the lowered primitive's checks, traced into the same program
 
 
-def _frule_body(spec: _FruleSpec, ps: tuple, given: tuple, fkwargs: dict) -> dict:
-    """The frule and the checks of its conventions (see `_rrule_body`)."""
+def _frule_body(spec: _FruleSpec, ps: tuple, given: tuple, fkwargs: dict, tangents: tuple = ()) -> dict:
+    """The frule and the checks of its conventions (see `_rrule_body`); with `spec.lowered`,
+    the lowered primitive's `jax.jvp` at `tangents` (dense, one per perturbed slot) too."""
     tester, name, f = "test_frule", spec.name, spec.f
     y, y_dot = _call_rule(tester, name, "frule", lambda: (spec.frule_f or frule)(given, f, *ps, **fkwargs))
     parts = jax.tree_util.tree_flatten_with_path(y_dot, is_leaf=lambda t: isinstance(t, InplaceableThunk))[0]
@@ -885,6 +971,8 @@ def _frule_body(spec: _FruleSpec, ps: tuple, given: tuple, fkwargs: dict) -> dic
                y_dot_dense=dense_like(value, y, name=name), transposed=None)
     if spec.transposable and spec.indices and not any(mask):
         out["transposed"] = _transposition_cotangents(spec, ps, fkwargs, y)
+    if spec.lowered is not None and not any(mask):
+        out["lowered"] = _lowered_in_program(spec.lowered, "jvp", ps, fkwargs, spec.indices, tangents, {}, spec.seed)
     return out
 
 
@@ -944,7 +1032,13 @@ def test_frule(
     spec = _FruleSpec(name, f, frule_f, seed, tuple(problem.index), _has(rrule, f, primals))
     evaluate = functools.partial(_frule_body, spec)
     compiled = check_jit and problem.size() <= COMPILED_LIMIT
-    ev = _evaluate(evaluate, (primals, given, fkwargs), compiled)
+    # no rrule: jax.jvp of the primitive runs the frule (an unhashable f has no primitive)
+    by_custom_jvp = not _unlowered(f, problem) and lowered_rules(f, primals)[0] is None
+    in_program = None
+    if compiled and problem.index and by_custom_jvp:
+        in_program = functools.partial(_frule_body, spec._replace(lowered=_InProgram(
+            _primitive_for(problem.f), check_vmap, False)))
+    ev = _evaluate(evaluate, (primals, given, fkwargs, problem.tangents), compiled, in_program)
     y, mask, y_dot_dense = ev["y"], ev["mask"], ev["y_dot_dense"]
     try:
         test_approx(y, ev["y_expected"], rtol=rtol, atol=atol)
@@ -977,8 +1071,10 @@ def test_frule(
         checks.append("finite differences")
         if unlowered := _unlowered(f, problem):
             checks.append(unlowered)
-        elif not any(mask) and lowered_rules(f, primals)[0] is None:  # lowered through custom_jvp: jax.jvp works
-            checks += _lowered(tester, name, _check_lowered_jvp, problem, y_dot_dense, y, check_jit, check_vmap, seed)
+        elif not any(mask) and by_custom_jvp:  # lowered through custom_jvp: jax.jvp works
+            done = ev.get("lowered")  # evaluated in the rule's program
+            checks += _lowered(tester, name, _check_lowered_jvp, problem, y_dot_dense, y, check_jit, check_vmap, seed,
+                               done[1] if done else None)
         if ev["transposed"] is not None:
             checks += _check_transposition(tester, name, problem, ev["transposed"], y_dot_dense, rtol, atol)
     modes = "fwd+rev"  # an frule serves forward mode; JAX transposes it or uses an rrule in reverse
@@ -1018,7 +1114,7 @@ def _check_transposition(tester, name, problem, transposed, y_dot_dense, rtol, a
     return ["frule/rrule transposition"]
 
 
-def _check_lowered_jvp(tester, name, problem, y_dot_dense, y, check_jit, check_vmap, seed) -> list[str]:
+def _check_lowered_jvp(tester, name, problem, y_dot_dense, y, check_jit, check_vmap, seed, done=None) -> list[str]:
     def against_rule(label, result):
         _check_close(tester, name, f"the lowered primitive's {label} differs from the frule", result[1],
                      y_dot_dense, rtol, atol, "the output")
@@ -1026,7 +1122,7 @@ def _check_lowered_jvp(tester, name, problem, y_dot_dense, y, check_jit, check_v
     rtol, atol = _lowered_tol(problem.args, y)
     batch = lambda: _batch(problem.tangents, seed + 4)  # noqa: E731
     return _check_variants(tester, problem, "jvp", problem.tangents, batch, against_rule,
-                           check_jit, check_vmap, seed, rtol, atol, name)
+                           check_jit, check_vmap, seed, rtol, atol, name, done)
 
 
 # ----- test_scalar ----------------------------------------------------------------------------

@@ -940,6 +940,35 @@ def test_a_second_check_of_the_same_signature_compiles_nothing_and_still_runs_th
     assert calls["rrule"] > traced
 
 
+def test_each_tester_call_compiles_one_program_with_the_lowered_checks_in_it():
+    """The rule with its conventions, the lowered primitive under jax.jit at two points and
+    batched, and forward mode by the transposed pullback: one compiled program per call
+    (lowering and compiling one costs ~25 ms however small it is)."""
+    from rules.testing import _compiled
+
+    cube = with_rrule("one_program", lambda x: x**3, lambda y_bar, x: (NoTangent(), 3 * x**2 * y_bar))
+    before = _compiled.stats["compiled"]
+    report = test_rrule(cube, X64)
+    assert _compiled.stats["compiled"] == before + 1
+    assert {"jax.jit(jax.vjp)", "jax.vmap", "jax.jvp (transposed pullback)"} <= set(report.checks)
+
+    square = add_frule(fresh_primitive("one_program_f", lambda x: x * x), lambda dots, x: 2 * x * dots[0])
+    before = _compiled.stats["compiled"]
+    report = test_frule(square, X64)
+    assert _compiled.stats["compiled"] == before + 1
+    assert {"jax.jit(jax.jvp)", "jax.vmap"} <= set(report.checks)
+
+
+def test_an_frule_wrong_only_under_vmap_fails_from_the_rules_own_program():
+    """The frule's jax.jvp under vmap, evaluated in the rule's program, still fails as
+    batched differs from looped."""
+    scaled = add_frule(fresh_primitive("scaled_f", lambda x: x * jnp.sum(x)),
+                       lambda dots, x: dots[0] * jnp.sum(x) + x * _total(dots[0]))
+    test_frule(scaled, X64, check_vmap=False)  # right where nothing is batched
+    with pytest.raises(AssertionError, match=r"jax.vmap: batched differs from looped \(batch element 0\)"):
+        test_frule(scaled, X64)
+
+
 def test_quick_compile_options_unknown_to_xla_are_left_out_not_fatal():
     """XLA renames and retires its debug options; a check must still compile where one of
     ours is gone (it is left out), with the options XLA has."""
