@@ -109,6 +109,17 @@ def _total(v):
     return jax.pure_callback(_host_total, jax.ShapeDtypeStruct(v.shape, v.dtype), v, vmap_method="expand_dims")
 
 
+def _host_first_of_batch(v):
+    v = np.asarray(v)
+    return np.broadcast_to(v[:1], v.shape).copy() if v.ndim > 1 else v
+
+
+def _first_of_batch(v):
+    """v through a host callback wrongly declared vectorised: batched, every element gets
+    element 0's value."""
+    return jax.pure_callback(_host_first_of_batch, jax.ShapeDtypeStruct(v.shape, v.dtype), v, vmap_method="expand_dims")
+
+
 def _bad_inplaceable_pullback(y_bar, x):
     value = Thunk(lambda: 2.0 * y_bar)
     return NoTangent(), InplaceableThunk(lambda acc: acc + 3.0 * y_bar, value)  # add_fn adds 3x, val is 2x
@@ -361,6 +372,13 @@ WRONG = [
             {},
         ),
         ["test_rrule(scaled)", "jax.vmap: batched differs from looped (batch element 0)"],
+    ),
+    (
+        "vmap-batched-differs-from-looped-at-the-second-element",
+        test_rrule,
+        lambda: (with_rrule("mysin", jnp.sin, lambda y_bar, x: (NoTangent(), _first_of_batch(y_bar) * jnp.cos(x))),
+                 (X64,), {}),
+        ["test_rrule(mysin)", "jax.vmap: batched differs from looped (batch element 1)"],
     ),
 ]
 
