@@ -6,13 +6,14 @@ compilations, each as slow as one program holding all of them. The testers there
 each check (the rule and its conventions, the lowered primitive under jit and vmap) into one
 program. Every call traces anew, so the checks of conventions run, and the program holds the
 code as it is now (a helper the rule calls may have changed since); only the compilation is
-reused, for a program that traces to the same jaxpr (its constants are arguments).
+reused, for a program that traces to the same jaxpr with the same constants (the testers'
+random tangents come from fixed seeds, so a repeated check has the same ones). A program is
+compiled from its one trace, so nothing is traced twice.
 """
 
 from __future__ import annotations
 
 import collections
-import functools
 import threading
 from typing import Any, Callable
 
@@ -176,8 +177,13 @@ class _ByIdentity:
         return id(self.value)
 
 
-def _replay(jaxpr: Any, consts: list, *args: Any) -> list:
-    return jax.extend.core.jaxpr_as_fun(jax.extend.core.ClosedJaxpr(jaxpr, consts))(*args)
+def _values_key(consts: list) -> tuple:
+    """The constants a program was traced with, by value: they are compiled into it."""
+    out = []
+    for c in consts:
+        a = np.asarray(c)
+        out.append((a.dtype.str, a.shape, a.tobytes()))
+    return tuple(out)
 
 
 _KEPT = 128  # compiled programs kept, least recently used dropped first
@@ -191,23 +197,30 @@ def run(body: Callable, *args: Any) -> Any:
     fixed, as in a closure) and run compiled; the result is `body`'s, its arrays concrete.
 
     `body` runs (traced) on every call; exceptions it raises propagate. The compiled program
-    is reused by a later call that traces to the same jaxpr, the jaxpr's constants (arrays
-    the body closed over or made) being arguments of it.
+    is reused by a later call that traces to the same jaxpr with the same constants (arrays
+    the body closed over or made, such as the testers' seeded random tangents), which are
+    compiled into it. The program is compiled from that one trace: nothing is traced twice.
     """
     leaves, treedef = jax.tree_util.tree_flatten(args)
     where = [k for k, leaf in enumerate(leaves) if _is_array(leaf)]
     traced = _Traced(body, leaves, treedef, where)
     dynamic = [leaves[k] for k in where]
-    closed = jax.make_jaxpr(traced)(*dynamic)
-    key = program_key(closed.jaxpr)
+    stage = jax.jit(traced).trace(*dynamic)
+    closed = stage.jaxpr
+    key = (program_key(closed.jaxpr), _values_key(closed.consts))
     with _PROGRAMS_LOCK:
         program = _PROGRAMS.get(key)
-        if program is None:
-            program = _PROGRAMS[key] = jit(functools.partial(_replay, closed.jaxpr))
+        if program is not None:
+            _PROGRAMS.move_to_end(key)
+            stats["reused"] += 1
+    if program is None:
+        size = sum(int(np.size(leaf)) for leaf in dynamic)
+        options = _quick_options() if size < _OPTIMIZED_FROM else {}
+        lowered = stage.lower()
+        program = lowered.compile(compiler_options=options) if options else lowered.compile()
+        with _PROGRAMS_LOCK:
+            _PROGRAMS[key] = program
             stats["compiled"] += 1
             while len(_PROGRAMS) > _KEPT:
                 _PROGRAMS.popitem(last=False)
-        else:
-            _PROGRAMS.move_to_end(key)
-            stats["reused"] += 1
-    return traced.rebuild(program(list(closed.consts), *dynamic))
+    return traced.rebuild(program(*dynamic))

@@ -1028,6 +1028,24 @@ def test_a_helper_changed_since_the_last_check_is_checked_as_it_is_now(monkeypat
         test_rrule(f, X64)
 
 
+def test_a_program_is_reused_only_with_the_same_constants_compiled_into_it(monkeypatch):
+    """Arrays a rule closes over are compiled into its program: the same jaxpr with other
+    values is compiled anew, not run with the old ones."""
+    import types
+
+    from rules.testing import _compiled
+
+    helpers = types.SimpleNamespace(scale=np.ones(3))
+    f = with_rrule("mysin", jnp.sin, lambda y_bar, x: (NoTangent(), helpers.scale * y_bar * jnp.cos(x)))
+    test_rrule(f, X64)
+    compiled = _compiled.stats["compiled"]
+    test_rrule(f, X64)  # the same constants: reused
+    assert _compiled.stats["compiled"] == compiled
+    monkeypatch.setattr(helpers, "scale", np.full(3, 1.01))  # the same jaxpr, another constant
+    with pytest.raises(AssertionError, match="cotangent does not match finite differences"):
+        test_rrule(f, X64)
+
+
 def test_kept_programs_check_the_values_of_each_call():
     """Same signature, new values: a rule wrong only for negative inputs passes at positive
     ones and fails at negative ones, whatever ran before."""
