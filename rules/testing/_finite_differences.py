@@ -768,6 +768,7 @@ class _Program:
     def __init__(self, jaxpr: Any):
         self.jaxpr = jaxpr
         self.along = jit(self._along)
+        self.rows = jit(self._rows)
         self.reduce = jit(self._reduce)
         self.point = jit(self._point)
         self.basis = jit(self._basis)
@@ -778,6 +779,12 @@ class _Program:
     def _along(self, consts: list, x: jax.Array, d: jax.Array, ts: jax.Array) -> jax.Array:
         """f at x + ts[k] d for every k, in one vmap: shape (len(ts), len(f))."""
         return jax.vmap(lambda v: self.fun(consts, v))(x[None, :] + ts[:, None] * d[None, :])
+
+    def _rows(self, consts: list, x: jax.Array, displacements: jax.Array) -> jax.Array:
+        """f at x + displacements[r] for every row r, in one vmap: shape (rows, len(f)). Points
+        along a direction and along every basis direction alike, so that a small problem's
+        `fd_jvp` and `fd_vjp` share one compiled evaluation (`_shared_rows`)."""
+        return jax.vmap(lambda v: self.fun(consts, v))(x[None, :] + displacements)
 
     def _reduce(self, consts: list, x: jax.Array, d: jax.Array, t: jax.Array, w: jax.Array) -> tuple[jax.Array, jax.Array]:
         """`<w, y>` and `<|w|, |y|>` for y = f(x + t d): step selection needs no more, and
@@ -903,6 +910,21 @@ class _Flat:
     def basis(self, x: jax.Array, hs: Any, w: Any) -> jax.Array:
         return self._trace().basis(self._consts, x, hs, w)
 
+    def rows(self, displacements: np.ndarray) -> np.ndarray:
+        """f at x + displacements[r] for every row r, on the host: shape (rows, len(f))."""
+        return np.asarray(self._trace().rows(self._consts, self.x, displacements))
+
+
+def _shared_rows(flat: _Flat, points: int) -> int:
+    """The rows of the one evaluation that a small problem's step rules and stencils share,
+    along every basis direction (`fd_vjp`, `fd_jacobian`) and, where the testers ask for
+    it, along a direction (`fd_jvp` with `share_rows`: its `points` padded to `points` per
+    input coordinate, so that `test_frule` reuses the compilation of `test_rrule`'s exact
+    check of the same function). 0 (none shared) where that batch would be large."""
+    n = flat.x.size
+    rows = points * n
+    return rows if 0 < rows and rows * max(n, flat.out_size, 1) <= _VMAP_ELEMENTS else 0
+
 
 class _Sampler:
     """f along a direction d: the scalar t -> <w, f(x + t d)> with its scale
@@ -916,8 +938,8 @@ class _Sampler:
     once per size).
     """
 
-    def __init__(self, flat: _Flat, direction: Any, w: Any, size: int):
-        self.flat, self.size = flat, size
+    def __init__(self, flat: _Flat, direction: Any, w: Any, size: int, share_rows: bool = False):
+        self.flat, self.size, self.share_rows = flat, size, share_rows
         self.direction = _random_unit(flat.x.size, seed=1) if direction is None else direction
         self.w = _random_unit(flat.out_size, seed=0) if w is None else w
 
@@ -933,8 +955,18 @@ class _Sampler:
     def _points(self, ts: np.ndarray) -> np.ndarray:
         """f at x + t d for each t, on the host: shape (len(ts), len(f))."""
         flat = self.flat
+        rows = _shared_rows(flat, self.size) if self.share_rows else 0
+        if rows >= len(ts):  # the evaluation `fd_vjp` uses too (zero rows evaluate f at x)
+            displacements = np.zeros((rows, flat.x.size))
+            displacements[: len(ts)] = np.asarray(ts)[:, None] * self._direction_host()[None, :]
+            return flat.rows(displacements)[: len(ts)]
         ys = flat.along(flat.x, self.direction, self._padded(ts))
         return np.asarray(ys)[: len(ts)]
+
+    def _direction_host(self) -> np.ndarray:
+        if not hasattr(self, "_d_host"):
+            self._d_host = np.asarray(self.direction, np.float64)
+        return self._d_host
 
     def _each(self, ts: np.ndarray):
         """One compiled call per point; yields its device results, y0 being the first y."""
@@ -1057,6 +1089,15 @@ def _basis_values(flat: _Flat, offsets: np.ndarray, steps: np.ndarray, w: Any, r
     <w, f> and its scale <|w|, |f|>. A small batch is padded to `rows` offsets (repeating x
     itself), so that the step rule's batches and the stencil's share one compiled evaluation."""
     k, n = len(offsets), flat.x.size
+    shared = _shared_rows(flat, rows)
+    if shared and shared >= k * n:  # the evaluation `fd_jvp` uses too, reduced here
+        hs = np.zeros((shared // n, n))
+        hs[:k] = np.outer(offsets, steps)
+        ys = flat.rows((hs[:, :, None] * np.eye(n)[None]).reshape(shared, n))[: k * n]
+        if w is not None:
+            w_host = np.asarray(w)
+            ys = np.stack([ys @ w_host, np.abs(ys) @ np.abs(w_host)], axis=-1)
+        return ys.reshape(k, n, ys.shape[-1])
     if rows > k and rows * n * max(n, flat.out_size, 1) <= _VMAP_ELEMENTS:
         offsets = np.concatenate([offsets, np.zeros(rows - k)])
     return np.asarray(flat.basis(flat.x, np.outer(offsets, steps), w))[:k]
@@ -1144,14 +1185,18 @@ def fd_jvp(
 
 
 def _fd_jvps(
-    name: str, m: FDMethod, f: Callable, args: tuple, directions: list, step: float | None
+    name: str, m: FDMethod, f: Callable, args: tuple, directions: list, step: float | None, owner: Any = None,
+    share_rows: bool = False,
 ) -> list[PyTree]:
     """`fd_jvp` along several `tangents` at the same `args`: f is traced once and every
     direction reuses the same compiled evaluation (its direction is an argument), so each
-    extra direction costs only its evaluations of f, not another trace and compile."""
+    extra direction costs only its evaluations of f, not another trace and compile. `owner`
+    as in `_fd_vjp`; `share_rows` evaluates a small problem by `fd_vjp`'s compiled
+    evaluation (`_shared_rows`), padded to its batch: more evaluations of f, one
+    compilation fewer where both run."""
     _check_method(name, m)
     with _x64(name):
-        flat = _Flat(name, f, args)
+        flat = _Flat(name, f, args, owner=owner)
         vectors = []
         for tangents in directions:
             tangent_layout = _layout(_check_tuple(name, "tangents", tangents))
@@ -1160,7 +1205,7 @@ def _fd_jvps(
         size = m._batch_size() if step is None else len(m._offsets)
         out = []
         for d in vectors:
-            sampler = _Sampler(flat, d, None, size)
+            sampler = _Sampler(flat, d, None, size, share_rows)
             h = m._estimate_step(sampler)[0] if step is None else _check_step(name, step)
             y_dot = sampler.combine(m._offsets, m._weights, h)
             out.append(flat.out.unflatten(y_dot, "tangent", np))

@@ -817,6 +817,23 @@ def test_approx_counts_equal_infinities_as_equal():
         test_approx(jnp.array([np.inf, 0.4]), jnp.array([-np.inf, 0.4]))
 
 
+def test_rrule_and_frule_checks_of_one_small_function_share_one_finite_difference_evaluation(count_compiles):
+    """test_rrule's exact check compiles f's evaluation at the basis points; test_frule of
+    the same function evaluates its direction's points by that compilation, padded to its
+    batch, instead of compiling its own."""
+    rows, along = count_compiles("_rows"), count_compiles("_along")
+    f = with_rrule("mycube", lambda x: x**3, lambda y_bar, x: (NoTangent(), 3 * x**2 * y_bar))
+    add_frule(f, lambda dots, x: 3 * x**2 * dots[0])
+    test_rrule(f, X64)
+    test_frule(f, X64)
+    assert len(rows) == 1 and len(along) == 0
+    wrong = add_frule(with_rrule("mycube2", lambda x: x**3, lambda y_bar, x: (NoTangent(), 3 * x**2 * y_bar)),
+                      lambda dots, x: 3.003 * x**2 * dots[0])
+    test_rrule(wrong, X64)
+    with pytest.raises(AssertionError, match="tangent does not match finite differences"):
+        test_frule(wrong, X64)
+
+
 def test_repeated_checks_of_one_function_compile_its_finite_differences_once(count_compiles):
     """The second test_rrule of the same function reuses the compiled evaluation (with its
     new input), and a wrong rule defined later for that function is still caught."""
