@@ -24,8 +24,10 @@ Where the time of the core check goes at 10^6 elements: the step's 6-point estim
 f^(5) and the 4-point stencil are 10 evaluations of f (check_grads: 2, at a fixed step, which
 is why it misses errors below ~1e-4); the rest is what check_grads does too (the rule's
 forward and pullback, f itself, random vectors) plus one more forward and pullback for the
-lowered primitive. That puts this design near 2x: the run below measured 1.89x warm and 1.7x
-on first calls; reruns on this shared 2-core machine move the warm ratio by about 0.1.
+lowered primitive. That puts this design near 2x: a quiet run measured 1.89x warm and 1.7x
+on first calls. This shared 2-core machine is not always quiet: in a loaded run (check_grads
+itself 1.5x slower than in a quiet one) the ratios at every size rise, by up to 1.5x at
+10^6, where the memory traffic of the extra evaluations of f competes with the load.
 """
 
 from __future__ import annotations
