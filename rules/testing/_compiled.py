@@ -178,11 +178,21 @@ class _ByIdentity:
 
 
 def _values_key(consts: list) -> tuple:
-    """The constants a program was traced with, by value: they are compiled into it."""
-    out = []
+    """The constants a program was traced with, by value: they are compiled into it. A
+    typed PRNG key counts by its key data; any other constant NumPy cannot read, by
+    identity (JAX arrays are immutable: the same object has the same values)."""
+    out: list = []
     for c in consts:
-        a = np.asarray(c)
-        out.append((a.dtype.str, a.shape, a.tobytes()))
+        dtype = getattr(c, "dtype", None)
+        try:
+            if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+                a = np.asarray(jax.random.key_data(c))
+            else:
+                a = np.asarray(c)
+        except Exception:  # noqa: BLE001 - an extended dtype NumPy has no view of
+            out.append(_ByIdentity(c))
+            continue
+        out.append((str(dtype if dtype is not None else a.dtype), a.shape, a.tobytes()))
     return tuple(out)
 
 

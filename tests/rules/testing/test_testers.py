@@ -1063,6 +1063,25 @@ def test_a_program_is_reused_only_with_the_same_constants_compiled_into_it(monke
         test_rrule(f, X64)
 
 
+def test_a_rule_closing_over_a_typed_prng_key_is_checked_and_its_program_keyed_by_the_key():
+    """A typed PRNG key has no NumPy view: it keys the program by its key data, so a rule
+    closing over one is checked (no false failure of the lowered checks), and another key
+    gives another program, not the first one's values."""
+    from rules.testing import _compiled
+
+    def noisy(key):
+        return with_rrule("noisy", lambda x: x * jax.random.uniform(key, x.shape, x.dtype, 1.0, 2.0),
+                          lambda y_bar, x: (NoTangent(), y_bar * jax.random.uniform(key, x.shape, x.dtype, 1.0, 2.0)))
+
+    report = test_rrule(noisy(jax.random.key(0)), X64)
+    assert "jax.jit(jax.vjp)" in report.checks
+    body = lambda x, key=jax.random.key(1): x + jax.random.normal(key, x.shape)  # noqa: E731
+    other = lambda x, key=jax.random.key(2): x + jax.random.normal(key, x.shape)  # noqa: E731
+    first, second = _compiled.run(body, jnp.zeros(3)), _compiled.run(other, jnp.zeros(3))
+    np.testing.assert_allclose(first, jax.random.normal(jax.random.key(1), (3,)), rtol=1e-12)
+    np.testing.assert_allclose(second, jax.random.normal(jax.random.key(2), (3,)), rtol=1e-12)
+
+
 def test_kept_programs_check_the_values_of_each_call():
     """Same signature, new values: a rule wrong only for negative inputs passes at positive
     ones and fails at negative ones, whatever ran before."""
