@@ -48,13 +48,17 @@ def jit(fn: Callable) -> Callable:
     quick = jax.jit(fn, compiler_options=options)
 
     def call(*args: Any) -> Any:
-        size = sum(int(np.size(leaf)) for leaf in jax.tree_util.tree_leaves(args))
-        return (quick if size < _OPTIMIZED_FROM else optimized)(*args)
+        return (quick if _is_small(jax.tree_util.tree_leaves(args)) else optimized)(*args)
 
     return call
 
 
 _OPTIMIZED_FROM = 4096
+
+
+def _is_small(leaves: list) -> bool:
+    """Fewer than `_OPTIMIZED_FROM` input elements: compiling costs more than running."""
+    return sum(int(np.size(leaf)) for leaf in leaves) < _OPTIMIZED_FROM
 
 # XLA:CPU debug options for programs compiled quickly, each measured on the library's
 # check programs (948 of them): 115 ms per compilation with none, 98 ms at optimization
@@ -224,8 +228,7 @@ def run(body: Callable, *args: Any) -> Any:
             _PROGRAMS.move_to_end(key)
             stats["reused"] += 1
     if program is None:
-        size = sum(int(np.size(leaf)) for leaf in dynamic)
-        options = _quick_options() if size < _OPTIMIZED_FROM else {}
+        options = _quick_options() if _is_small(dynamic) else {}
         lowered = stage.lower()
         program = lowered.compile(compiler_options=options) if options else lowered.compile()
         with _PROGRAMS_LOCK:

@@ -958,15 +958,10 @@ class _Sampler:
         rows = _shared_rows(flat, self.size) if self.share_rows else 0
         if rows >= len(ts):  # the evaluation `fd_vjp` uses too (zero rows evaluate f at x)
             displacements = np.zeros((rows, flat.x.size))
-            displacements[: len(ts)] = np.asarray(ts)[:, None] * self._direction_host()[None, :]
+            displacements[: len(ts)] = np.asarray(ts)[:, None] * np.asarray(self.direction, np.float64)[None, :]
             return flat.rows(displacements)[: len(ts)]
         ys = flat.along(flat.x, self.direction, self._padded(ts))
         return np.asarray(ys)[: len(ts)]
-
-    def _direction_host(self) -> np.ndarray:
-        if not hasattr(self, "_d_host"):
-            self._d_host = np.asarray(self.direction, np.float64)
-        return self._d_host
 
     def _each(self, ts: np.ndarray):
         """One compiled call per point; yields its device results, y0 being the first y."""
@@ -1087,19 +1082,18 @@ def _basis_values(flat: _Flat, offsets: np.ndarray, steps: np.ndarray, w: Any, r
     """f at x + offsets[i] * steps[j] * e_j for every i and coordinate j, in one batch: shape
     (len(offsets), x.size, len(f)), or with weights w, (len(offsets), x.size, 2) holding
     <w, f> and its scale <|w|, |f|>. A small batch is padded to `rows` offsets (repeating x
-    itself), so that the step rule's batches and the stencil's share one compiled evaluation."""
+    itself), so that the step rule's batches and the stencil's share one compiled evaluation
+    (`_shared_rows`, reduced here); a large one is reduced on the device."""
     k, n = len(offsets), flat.x.size
     shared = _shared_rows(flat, rows)
-    if shared and shared >= k * n:  # the evaluation `fd_jvp` uses too, reduced here
-        hs = np.zeros((shared // n, n))
+    if shared and rows >= k:
+        hs = np.zeros((rows, n))
         hs[:k] = np.outer(offsets, steps)
         ys = flat.rows((hs[:, :, None] * np.eye(n)[None]).reshape(shared, n))[: k * n]
         if w is not None:
             w_host = np.asarray(w)
             ys = np.stack([ys @ w_host, np.abs(ys) @ np.abs(w_host)], axis=-1)
         return ys.reshape(k, n, ys.shape[-1])
-    if rows > k and rows * n * max(n, flat.out_size, 1) <= _VMAP_ELEMENTS:
-        offsets = np.concatenate([offsets, np.zeros(rows - k)])
     return np.asarray(flat.basis(flat.x, np.outer(offsets, steps), w))[:k]
 
 

@@ -410,15 +410,9 @@ def _lowered_in_program(spec: _InProgram, what: str, ps: tuple, fkwargs: dict, i
     if not idx:
         return None
     a0 = tuple(ps[i] for i in idx)
-    variants = _VariantsSpec(what, spec.prim, idx, spec.vmap, True)
+    variants = functools.partial(_variants_body, _VariantsSpec(what, spec.prim, idx, spec.vmap, True))
     try:
-        if spec.vmap:
-            args_b, axes = _batch(a0, seed + 3, _VMAP_STEPS[0], relative=True)
-            other_b, other_axes = _batch(other, seed + 4)
-            result = _variants_body(variants, ps, fkwargs, a0, other, _slice(args_b, axes, 1),
-                                    _slice(other_b, other_axes, 1), args_b, other_b)
-        else:
-            result = _variants_body(variants, ps, fkwargs, a0, other)
+        result = _variants_at(variants, spec.vmap, ps, fkwargs, a0, other, seed, _VMAP_STEPS[0])
     except Exception:  # noqa: BLE001 - `_check_variants` runs it on its own and reports why
         return None
     forward: tuple | None = None
@@ -801,8 +795,7 @@ def _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, 
 
     rtol, atol = _lowered_tol(problem.args, y)
     want = tuple(dense[i] for i in problem.index)
-    batch = lambda: _batch(y_bar_dense, seed + 4)  # noqa: E731
-    return _check_variants(tester, problem, "vjp", y_bar_dense, batch, against_rule,
+    return _check_variants(tester, problem, "vjp", y_bar_dense, against_rule,
                            check_jit, check_vmap, seed, rtol, atol, name, done)
 
 
@@ -849,6 +842,16 @@ def _variants_body(spec: _VariantsSpec, full, fkwargs, a0, o0, a1=None, o1=None,
     return once(a0, o0), once(a1, o1), jax.vmap(once, in_axes=(_batch_axes(a0), _batch_axes(o0)))(ab, ob)
 
 
+def _variants_at(run: Callable, vmap: bool, full, fkwargs, args, other, seed: int, scale: float) -> Any:
+    """`run` (a `_variants_body`) at (args, other); with vmap, at the second point `scale`
+    away and batched too, the batches drawn from `seed` as `_check_variants` draws them."""
+    if not vmap:
+        return run(full, fkwargs, args, other)
+    args_b, axes = _batch(args, seed + 3, scale, relative=True)
+    other_b, other_axes = _batch(other, seed + 4)
+    return run(full, fkwargs, args, other, _slice(args_b, axes, 1), _slice(other_b, other_axes, 1), args_b, other_b)
+
+
 _PRIMITIVES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -867,7 +870,7 @@ def _primitive_for(f: Any) -> Any:
         return Primitive(f)
 
 
-def _check_variants(tester, problem, what, other, batch_other, against_rule, check_jit, check_vmap,
+def _check_variants(tester, problem, what, other, against_rule, check_jit, check_vmap,
                     seed, rtol, atol, name, done=None) -> list[str]:
     """The lowered primitive's `jax.{what}` at `(problem.args, other)` under `jax.jit`
     (eagerly with `check_jit=False`), then under `jax.vmap`.
@@ -889,16 +892,12 @@ def _check_variants(tester, problem, what, other, batch_other, against_rule, che
     if not check_vmap:
         against_rule(label, done if done is not None else run(full, fkwargs, args, other))
         return [label]
-    other_b, other_axes = batch_other()
-    other_1 = _slice(other_b, other_axes, 1)
     want = None
     for step, scale in enumerate(_VMAP_STEPS):
         if step == 0 and done is not None:
             first, second, batched = done
         else:
-            args_b, axes = _batch(args, seed + 3, scale, relative=True)
-            first, second, batched = run(full, fkwargs, args, other, _slice(args_b, axes, 1), other_1, args_b,
-                                         other_b)
+            first, second, batched = _variants_at(run, True, full, fkwargs, args, other, seed, scale)
         if want is None:
             against_rule(label, first)
             want = _finite_pattern(first)
@@ -1032,8 +1031,9 @@ def test_frule(
     spec = _FruleSpec(name, f, frule_f, seed, tuple(problem.index), _has(rrule, f, primals))
     evaluate = functools.partial(_frule_body, spec)
     compiled = check_jit and problem.size() <= COMPILED_LIMIT
+    unlowered = _unlowered(f, problem)
     # no rrule: jax.jvp of the primitive runs the frule (an unhashable f has no primitive)
-    by_custom_jvp = not _unlowered(f, problem) and lowered_rules(f, primals)[0] is None
+    by_custom_jvp = not unlowered and lowered_rules(f, primals)[0] is None
     in_program = None
     if compiled and problem.index and by_custom_jvp:
         in_program = functools.partial(_frule_body, spec._replace(lowered=_InProgram(
@@ -1072,7 +1072,7 @@ def test_frule(
                                          "the output")
             raise
         checks.append("finite differences")
-        if unlowered := _unlowered(f, problem):
+        if unlowered:
             checks.append(unlowered)
         elif not any(mask) and by_custom_jvp:  # lowered through custom_jvp: jax.jvp works
             done = ev.get("lowered")  # evaluated in the rule's program
@@ -1123,8 +1123,7 @@ def _check_lowered_jvp(tester, name, problem, y_dot_dense, y, check_jit, check_v
                      y_dot_dense, rtol, atol, "the output")
 
     rtol, atol = _lowered_tol(problem.args, y)
-    batch = lambda: _batch(problem.tangents, seed + 4)  # noqa: E731
-    return _check_variants(tester, problem, "jvp", problem.tangents, batch, against_rule,
+    return _check_variants(tester, problem, "jvp", problem.tangents, against_rule,
                            check_jit, check_vmap, seed, rtol, atol, name, done)
 
 
