@@ -7,7 +7,9 @@ leaf by leaf with a norm-based tolerance, as ChainRulesTestUtils' `isapprox` doe
 
 from __future__ import annotations
 
+import collections
 import math
+import threading
 from typing import Any, NamedTuple
 
 import chex
@@ -68,10 +70,40 @@ def random_values(leaf: Any, rng: np.random.Generator, dtype: Any = None) -> np.
     NumPy also for a traced leaf, whose shape and dtype are known."""
     shape = np.shape(leaf)
     dtype = np.dtype(jnp.result_type(leaf)) if dtype is None else np.dtype(dtype)
+    if math.prod(shape) < _DRAWS_KEPT_FROM:
+        return _draw(rng, shape, dtype)
+    # A large draw is kept, read-only, by the generator's state before it, and the generator
+    # is left in the state after it: a repeated check at the same shapes draws the same
+    # values (same seeds) without drawing them again (11 ms per 10^6 normal values).
+    bits = rng.bit_generator
+    key = (type(bits).__name__, repr(bits.state), shape, dtype.str)
+    with _DRAWS_LOCK:
+        hit = _DRAWS.get(key)
+        if hit is not None:
+            _DRAWS.move_to_end(key)
+    if hit is not None:
+        bits.state = hit[1]
+        return hit[0]
+    value = _draw(rng, shape, dtype)
+    value.setflags(write=False)
+    with _DRAWS_LOCK:
+        _DRAWS[key] = (value, bits.state)
+        while sum(v.nbytes for v, _ in _DRAWS.values()) > _DRAWS_BYTES:
+            _DRAWS.popitem(last=False)
+    return value
+
+
+def _draw(rng: np.random.Generator, shape: tuple, dtype: np.dtype) -> np.ndarray:
     value = rng.standard_normal(shape)
     if jnp.issubdtype(dtype, jnp.complexfloating):
         value = value + 1j * rng.standard_normal(shape)
     return np.asarray(value).astype(dtype)
+
+
+_DRAWS_KEPT_FROM = 1 << 14  # elements; smaller draws are cheaper than their key
+_DRAWS_BYTES = 1 << 26  # kept draws, at most
+_DRAWS: collections.OrderedDict = collections.OrderedDict()
+_DRAWS_LOCK = threading.Lock()
 
 
 def rand_tangent(x: Any, *, seed: int | np.random.Generator = 0) -> Any:

@@ -4,11 +4,13 @@ Evaluated eagerly, every operation of a rule compiles on its own (per shape, dty
 context JAX runs it in): a linear-algebra rule and its pullback cost about a hundred small
 compilations, each as slow as one program holding all of them. The testers therefore trace
 each check (the rule and its conventions, the lowered primitive under jit and vmap) into one
-program. Every call traces anew, so the checks of conventions run, and the program holds the
-code as it is now (a helper the rule calls may have changed since); only the compilation is
-reused, for a program that traces to the same jaxpr with the same constants (the testers'
-random tangents come from fixed seeds, so a repeated check has the same ones). A program is
-compiled from its one trace, so nothing is traced twice.
+program. A repeated check reuses its trace and program while the `fingerprint` of what it
+runs is the same (the code, the values it reads, the registered rules, JAX's configuration;
+`_fingerprint`) at arguments of the same shapes and dtypes: nothing stale is checked, and a
+warm check costs a run of the program. Otherwise it traces anew, so the checks of conventions
+run, and the compilation is reused by a program that traces to the same jaxpr with the same
+constants (the testers' random tangents come from fixed seeds, so a repeated check has the
+same ones). A program is compiled from its one trace, so nothing is traced twice.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import Any, Callable
 import jax
 import jax.extend
 import numpy as np
+
+from ._fingerprint import fingerprint
 
 __all__ = ["jit", "program_key", "run"]
 
@@ -127,11 +131,6 @@ class _Traced:
         self.kept = [None if t else leaf for leaf, t in zip(out_leaves, self.is_traced)]
         return [leaf for leaf, t in zip(out_leaves, self.is_traced) if t]
 
-    def rebuild(self, values: list) -> Any:
-        it = iter(values)
-        leaves = [next(it) if t else leaf for leaf, t in zip(self.kept, self.is_traced)]
-        return jax.tree_util.tree_unflatten(self.out_tree, leaves)
-
 
 def program_key(jaxpr: Any) -> tuple:
     """What makes two traced programs the same: the jaxpr's text, and, by identity, the
@@ -203,22 +202,36 @@ def _values_key(consts: list) -> tuple:
 _KEPT = 128  # compiled programs kept, least recently used dropped first
 _PROGRAMS: collections.OrderedDict = collections.OrderedDict()
 _PROGRAMS_LOCK = threading.Lock()
-stats = {"compiled": 0, "reused": 0}  # programs compiled, and runs that reused one (for tests)
+# programs compiled, runs that reused one, and runs that reused a trace (for tests)
+stats = {"compiled": 0, "reused": 0, "reused trace": 0}
 
 
 def run(body: Callable, *args: Any) -> Any:
     """`body(*args)` traced as one program of the array leaves of `args` (every other leaf
     fixed, as in a closure) and run compiled; the result is `body`'s, its arrays concrete.
 
-    `body` runs (traced) on every call; exceptions it raises propagate. The compiled program
-    is reused by a later call that traces to the same jaxpr with the same constants (arrays
-    the body closed over or made, such as the testers' seeded random tangents), which are
-    compiled into it. The program is compiled from that one trace: nothing is traced twice.
+    A repeated call whose `fingerprint` (of `body` and the fixed leaves: the code it runs and
+    the values that code reads) and array shapes and dtypes are those of an earlier call
+    reuses that call's trace and program: `body` does not run. Otherwise `body` runs traced,
+    and exceptions it raises propagate; the compiled program is still reused by a call that
+    traces to the same jaxpr with the same constants (arrays the body closed over or made,
+    such as the testers' seeded random tangents), which are compiled into it. The program is
+    compiled from that one trace: nothing is traced twice.
     """
     leaves, treedef = jax.tree_util.tree_flatten(args)
     where = [k for k, leaf in enumerate(leaves) if _is_array(leaf)]
-    traced = _Traced(body, leaves, treedef, where)
     dynamic = [leaves[k] for k in where]
+    trace_key = _trace_key(body, leaves, treedef, where, dynamic)
+    if trace_key is not None:
+        with _PROGRAMS_LOCK:
+            hit = _TRACES.get(trace_key)
+            if hit is not None:
+                _TRACES.move_to_end(trace_key)
+                stats["reused trace"] += 1
+        if hit is not None:
+            program, snapshot = hit
+            return _rebuild(snapshot, program(*dynamic))
+    traced = _Traced(body, leaves, treedef, where)
     stage = jax.jit(traced).trace(*dynamic)
     closed = stage.jaxpr
     key = (program_key(closed.jaxpr), _values_key(closed.consts))
@@ -236,4 +249,38 @@ def run(body: Callable, *args: Any) -> Any:
             stats["compiled"] += 1
             while len(_PROGRAMS) > _KEPT:
                 _PROGRAMS.popitem(last=False)
-    return traced.rebuild(program(*dynamic))
+    snapshot = (traced.out_tree, traced.is_traced, traced.kept)
+    if trace_key is not None:
+        with _PROGRAMS_LOCK:
+            _TRACES[trace_key] = (program, snapshot)
+            while len(_TRACES) > _KEPT:
+                _TRACES.popitem(last=False)
+    return _rebuild(snapshot, program(*dynamic))
+
+
+_TRACES: collections.OrderedDict = collections.OrderedDict()  # trace key -> (program, output snapshot)
+
+
+def _trace_key(body: Callable, leaves: list, treedef: Any, where: list[int], dynamic: list) -> Any:
+    """What `run` keys a reusable trace on: the fingerprint of `body` and the fixed leaves,
+    the tree, and each array's shape, dtype, weak type and placement. None: not reusable."""
+    fixed = set(where)
+    token = fingerprint(body, [leaf for k, leaf in enumerate(leaves) if k not in fixed])
+    if token is None:
+        return None
+    avals = tuple((type(a) is np.ndarray, np.shape(a), str(a.dtype), getattr(a, "weak_type", False),
+                   getattr(a, "sharding", None)) for a in dynamic)
+    key = (token, treedef, avals)
+    try:
+        hash(key)
+    except TypeError:  # a tree whose node data cannot be hashed
+        return None
+    return key
+
+
+def _rebuild(snapshot: tuple, values: list) -> Any:
+    """A traced body's result from its program's outputs (`_Traced.rebuild`, from a snapshot)."""
+    out_tree, is_traced, kept = snapshot
+    it = iter(values)
+    leaves = [next(it) if t else leaf for leaf, t in zip(kept, is_traced)]
+    return jax.tree_util.tree_unflatten(out_tree, leaves)

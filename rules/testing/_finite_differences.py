@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._compiled import jit, program_key
+from ._fingerprint import fingerprint
 
 __all__ = [
     # methods
@@ -820,6 +821,9 @@ class _Program:
 # and a jaxpr that prints the same; constants are arguments, so their values may differ.
 _PROGRAMS: collections.OrderedDict = collections.OrderedDict()
 _PROGRAMS_KEPT = 16
+# Traces of recent `_Flat`s, for reuse: fingerprint of (f, layout of args) -> (program, constants,
+# output size, output layout).
+_TRACES: collections.OrderedDict = collections.OrderedDict()
 _PROGRAMS_LOCK = threading.Lock()
 
 
@@ -865,6 +869,8 @@ class _Flat:
         return self._x_host
 
     def _trace(self) -> _Program:
+        if self._program is None and self._reuse():
+            return self._program  # type: ignore[return-value]
         if self._program is None:
             try:
                 closed, shape = jax.make_jaxpr(self._call, return_shape=True)(self.x)
@@ -877,7 +883,29 @@ class _Flat:
                 ) from err
             self._consts, self._out_size = list(closed.consts), shape.shape[0]
             self._program = _program(self.owner, closed.jaxpr)
+            if self._key is not None:
+                with _PROGRAMS_LOCK:
+                    _TRACES[self._key] = (self._program, self._consts, self._out_size, self._out)
+                    while len(_TRACES) > _PROGRAMS_KEPT:
+                        _TRACES.popitem(last=False)
         return self._program
+
+    def _reuse(self) -> bool:
+        """Take the trace of an earlier `_Flat` of the same f (by `fingerprint`: its code and
+        what that reads) at arguments of the same layout: no trace, no key of the jaxpr."""
+        self._key = fingerprint(self.f, self.layout.treedef, self.layout.leaves)
+        if self._key is None:
+            return False
+        with _PROGRAMS_LOCK:
+            hit = _TRACES.get(self._key)
+            if hit is not None:
+                _TRACES.move_to_end(self._key)
+        if hit is None:
+            return False
+        self._program, self._consts, self._out_size, self._out = hit
+        if self.check_output is not None:
+            self.check_output(self._out)
+        return True
 
     @property
     def out(self) -> _Layout:

@@ -32,6 +32,7 @@ from .._lowering import _tangent_leaves, conj_tree, lowered_rules
 from .._thunks import AbstractThunk, InplaceableThunk, Thunk, unthunk
 from .._zeros import AbstractZero, NoTangent, ZeroTangent
 from ._compiled import run as run_compiled
+from ._fingerprint import scope as fingerprint_scope
 from ._compare import (
     WithTangent,
     _perturbable,
@@ -56,6 +57,7 @@ EXACT_MODE_LIMIT = 100
 # Input elements up to which the rule is evaluated as one compiled program: its random seed
 # y_bar is made while tracing, a constant of the program (larger ones run eagerly).
 COMPILED_LIMIT = 2048
+_DEFAULT_FDM = central_fdm(5, 1)  # made once: its coefficients are exact fractions, ~0.2 ms to make
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +93,7 @@ def _full_precision(tester: Callable) -> Callable:
 
     @functools.wraps(tester)
     def at_full_precision(*args: Any, **kwargs: Any) -> Any:
-        with jax.default_matmul_precision("highest"):
+        with jax.default_matmul_precision("highest"), fingerprint_scope():
             return tester(*args, **kwargs)
 
     return at_full_precision
@@ -234,6 +236,11 @@ class _Problem:
             full[1 + i] = d
         return full
 
+    def __rules_fingerprint__(self) -> tuple:
+        """What `raw_fn` reads (`_fingerprint`): not the perturbed arguments it replaces."""
+        fixed = [None if i in self.index else p for i, p in enumerate(self.primals)]
+        return self.f, fixed, tuple(self.index), self.fkwargs
+
     def raw_fn(self, *dargs):
         f, *full = self.merge(dargs)
         return unwrap(f)(*full, **self.fkwargs)
@@ -273,10 +280,12 @@ def _real_inner(a: Any, b: Any) -> tuple[float, float]:
         x, y = np.asarray(x), np.asarray(y)
         if np.iscomplexobj(x) or np.iscomplexobj(y):  # Re(conj(x) y), without a complex product
             terms = np.real(x).astype(np.float64) * np.real(y) + np.imag(x).astype(np.float64) * np.imag(y)
-        else:
-            terms = x.astype(np.float64, copy=False) * y
-        total += float(np.sum(terms))
-        scale += float(np.sum(np.abs(terms)))
+            total += float(np.sum(terms))
+            scale += float(np.sum(np.abs(terms)))
+        else:  # sum |x_i y_i| = <|x|, |y|>: two dot products, no array of terms
+            x, y = np.ravel(x).astype(np.float64, copy=False), np.ravel(y).astype(np.float64, copy=False)
+            total += float(np.dot(x, y))
+            scale += float(np.dot(np.abs(x), np.abs(y)))
     return total, scale
 
 
@@ -512,8 +521,10 @@ def test_rrule(
     marks it broken rather than failed. float32 rules are differenced in float64 with looser
     default tolerances. `rrule_f(f, *args, **fkwargs)` replaces `rules.rrule`, e.g.
     `rules.rrule_via_ad` to check JAX's own derivative in ChainRules' conventions. With
-    `check_jit` (the default) the rule is evaluated as one compiled program, traced on every
-    call (its code as it is now is checked) and compiled once for calls that trace alike;
+    `check_jit` (the default) the rule is evaluated as one compiled program; a repeated call
+    whose code and the values it reads are unchanged (helpers, globals, closures, registered
+    rules, JAX's configuration: `_fingerprint`) at arguments of the same shapes reuses its
+    trace and program, and any change traces anew, so the code as it is now is checked;
     with `check_jit=False` everything runs eagerly.
 
     >>> import jax.numpy as jnp
@@ -571,7 +582,7 @@ def test_rrule(
         rtol, atol = (d_rtol if rtol is None else rtol), (d_atol if atol is None else atol)
 
     # finite differences, in float64
-    m = fdm or central_fdm(5, 1)
+    m = fdm or _DEFAULT_FDM
     n = problem.size()
     use_mode = ("exact" if n <= EXACT_MODE_LIMIT else "fast") if mode == "auto" else mode
     if use_mode not in ("exact", "fast"):
@@ -1059,7 +1070,7 @@ def test_frule(
     if problem.index and not (mask and all(mask)):
         # where test_rrule's exact check of f compiles the same evaluation of f, share it
         share = spec.transposable and problem.size() <= EXACT_MODE_LIMIT
-        expected = _fd_jvps("fd_jvp", fdm or central_fdm(5, 1), problem.raw_fn, _upcast(problem.args),
+        expected = _fd_jvps("fd_jvp", fdm or _DEFAULT_FDM, problem.raw_fn, _upcast(problem.args),
                             [_upcast(problem.tangents)], None, owner=problem.raw, share_rows=share)[0]
         try:
             worst = _check_close(tester, name, "tangent does not match finite differences",
@@ -1199,7 +1210,7 @@ def _check_partials(f, z, has_fr, has_rr, rtol, atol, fdm, fkwargs=None) -> None
     name = function_name(f)
     fkwargs = fkwargs or {}
     raw = unwrap(f)
-    (jac,) = fd_jacobian(fdm or central_fdm(5, 1), lambda v: raw(v, **fkwargs), _upcast(jnp.asarray(z)))
+    (jac,) = fd_jacobian(fdm or _DEFAULT_FDM, lambda v: raw(v, **fkwargs), _upcast(jnp.asarray(z)))
     y = raw(z, **fkwargs)
     complex_out = jnp.iscomplexobj(y)
     d_rtol, d_atol = default_tolerance(z, y)

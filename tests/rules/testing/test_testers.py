@@ -955,24 +955,23 @@ def test_an_unhashable_callable_has_no_rule_but_can_be_tested_through_rrule_f():
 # ------------------------------------------------------------------------------------------
 
 
-def test_a_second_check_of_the_same_signature_compiles_nothing_and_still_runs_the_rule():
-    """Each call traces the rule again (its conventions are checked, with the code as it is
-    now) and reuses the compiled programs of a call that traced to the same programs."""
+def test_a_second_check_of_the_same_code_reuses_its_trace_and_program_with_the_new_values():
+    """A repeated check of the same code at arguments of the same shapes runs the first call's
+    compiled program (nothing traced or compiled again), on the new values: a rule wrong
+    only for negative x passes at positive x and then fails at negative x."""
     from rules.testing import _compiled
 
-    calls = {"rrule": 0}
-    f = fresh_primitive("mysin", jnp.sin)
-
-    @f.rrule
-    def f_rrule(x):
-        calls["rrule"] += 1
-        return jnp.sin(x), lambda y_bar: (NoTangent(), rules.unthunk(y_bar) * jnp.cos(x))
-
-    test_rrule(f, X64)
-    compiled, reused, traced = _compiled.stats["compiled"], _compiled.stats["reused"], calls["rrule"]
-    test_rrule(f, X64 * 0.5)  # new values, same signature
-    assert _compiled.stats["compiled"] == compiled and _compiled.stats["reused"] > reused
-    assert calls["rrule"] > traced
+    f = with_rrule("mysin", jnp.sin,
+                   lambda y_bar, x: (NoTangent(), y_bar * jnp.cos(x) * jnp.where(x < 0, 1.01, 1.0)))
+    positive = jnp.abs(X64)
+    test_rrule(f, positive)
+    before = dict(_compiled.stats)
+    test_rrule(f, positive * 0.5)
+    assert _compiled.stats["compiled"] == before["compiled"]
+    assert _compiled.stats["reused trace"] > before["reused trace"]
+    with pytest.raises(AssertionError, match="cotangent does not match finite differences"):
+        test_rrule(f, -positive)
+    assert _compiled.stats["compiled"] == before["compiled"]
 
 
 def test_each_tester_call_compiles_one_program_with_the_lowered_checks_in_it():
@@ -1127,3 +1126,145 @@ def test_programs_that_print_alike_but_call_different_host_functions_are_not_con
         f = fresh_primitive("hosted", host(fn))
         add_frule(f, lambda dots, x, d=host(derivative): d(x) * dots[0])
         test_frule(f, x)
+
+
+# ------------------------------------------------------------------------------------------
+# Reused traces are never stale (rules/testing/_fingerprint.py)
+# ------------------------------------------------------------------------------------------
+
+
+def _user_module(name, source):
+    """A module of user code (not a library: its functions' globals are walked), as a
+    notebook or a test file defines it."""
+    import types
+
+    module = types.ModuleType(name)
+    exec(textwrap.dedent(source), vars(module))
+    return module
+
+
+_USER_RULE = """
+    import jax.numpy as jnp
+    import numpy as np
+    import rules
+
+    SCALE = 1.0
+    TABLE = np.ones(3)
+
+    def helper(x):
+        return jnp.cos(x)
+
+    @rules.primitive
+    def mysin(x):
+        return jnp.sin(x)
+
+    @mysin.rrule
+    def mysin_rrule(x):
+        return jnp.sin(x), lambda y_bar: (rules.NoTangent(), SCALE * TABLE * rules.unthunk(y_bar) * helper(x))
+"""
+
+
+@pytest.mark.parametrize("change", ["helper redefined", "global constant", "array changed in place",
+                                    "library function patched", "rule registered again"])
+def test_a_check_repeated_after_the_code_it_reads_changed_checks_the_new_code(change, monkeypatch):
+    """A second check reuses the first one's trace only while everything the rule reads is
+    the same: a helper redefined (a notebook cell run again), a global constant rebound, a
+    NumPy array changed in place, a function of JAX monkeypatched, a rule registered again.
+    Each change here makes the rule wrong, and the second check must fail."""
+    from rules.testing import _compiled
+
+    module = _user_module(f"zj_user_{change.replace(' ', '_')}", _USER_RULE)
+    test_rrule(module.mysin, X64)
+    before = _compiled.stats["reused trace"]
+    test_rrule(module.mysin, X64)  # nothing changed: reused
+    assert _compiled.stats["reused trace"] == before + 1
+    if change == "helper redefined":
+        exec("def helper(x):\n    return 1.01 * jnp.cos(x)\n", vars(module))
+    elif change == "global constant":
+        module.SCALE = 1.01
+    elif change == "array changed in place":
+        module.TABLE[1] = 1.01
+    elif change == "library function patched":
+        monkeypatch.setattr(jnp, "cos", lambda x: 1.01 * jnp.sin(x + jnp.pi / 2))
+    else:
+        module.mysin.rrule(lambda x: (jnp.sin(x), lambda y_bar: (NoTangent(), 1.01 * rules.unthunk(y_bar) * jnp.cos(x))))
+    with pytest.raises(AssertionError, match="cotangent does not match finite differences"):
+        test_rrule(module.mysin, X64)
+
+
+def test_a_rule_reading_a_closure_or_an_object_attribute_that_changed_is_checked_as_it_is_now():
+    """Closure cells and the attributes of user objects are read by value: rebinding a
+    nonlocal or setting an attribute makes the next check trace anew."""
+    factor = 1.0
+
+    class Config:
+        scale = 1.0
+
+    config = Config()
+    f = with_rrule("mysin", jnp.sin, lambda y_bar, x: (NoTangent(), factor * config.scale * y_bar * jnp.cos(x)))
+    test_rrule(f, X64)
+    factor = 1.01
+    with pytest.raises(AssertionError, match="cotangent does not match finite differences"):
+        test_rrule(f, X64)
+    factor = 1.0
+    test_rrule(f, X64)
+    config.scale = 1.01
+    with pytest.raises(AssertionError, match="cotangent does not match finite differences"):
+        test_rrule(f, X64)
+    config.scale = 1.0
+    Config.scale = 1.01  # the class attribute is shadowed by the instance's: still right
+    test_rrule(f, X64)
+
+
+def test_finite_differences_of_a_function_whose_global_changed_use_the_new_function():
+    """fd_jvp reuses the trace of f (by its fingerprint) only while f reads the same values."""
+    from rules.testing import central_fdm, fd_jvp
+
+    module = _user_module("zj_user_fd", """
+        import jax.numpy as jnp
+        POWER = 2.0
+        def f(x):
+            return x ** POWER
+    """)
+    x, t = jnp.array([1.0, 3.0]), jnp.array([1.0, 1.0])
+    np.testing.assert_allclose(fd_jvp(central_fdm(5, 1), module.f, (x,), (t,)), [2.0, 6.0], rtol=1e-8)
+    module.POWER = 3.0
+    np.testing.assert_allclose(fd_jvp(central_fdm(5, 1), module.f, (x,), (t,)), [3.0, 27.0], rtol=1e-8)
+
+
+def test_fingerprint_keys_what_it_can_vouch_for_and_refuses_the_rest():
+    """Equal code and values give equal keys; a tracer, a large NumPy array, an opaque object
+    or a graph too large to walk give None (traced anew, as always)."""
+    from rules.testing._fingerprint import _BUDGET, fingerprint
+
+    def g(x):
+        return g if x is None else x  # refers to itself: walked once
+
+    assert fingerprint(g, 1.0, "a") == fingerprint(g, 1.0, "a")
+    assert fingerprint(g, 0.0) != fingerprint(g, -0.0)
+    assert fingerprint(np.ones(3)) != fingerprint(np.full(3, 1.0 + 1e-16 * 4))
+    assert fingerprint(np.zeros(1 << 20)) is None
+    assert fingerprint(object()) is None
+    assert fingerprint([[0]] * (_BUDGET + 1)) is None
+    seen = []
+    jax.jit(lambda x: seen.append(fingerprint(x)) or x)(1.0)
+    assert seen == [None]
+
+
+def test_a_large_random_draw_is_kept_and_equals_a_fresh_one():
+    """rand_tangent's large draws are kept by the generator's state: the same values, the
+    generator left where a fresh draw leaves it, and read-only (a caller cannot change
+    what the next check gets)."""
+    from rules.testing._compare import random_values
+
+    shape = (1 << 15,)
+    a_rng, b_rng = np.random.default_rng(5), np.random.default_rng(5)
+    first = random_values(np.zeros(shape), a_rng)
+    again = random_values(np.zeros(shape), b_rng)
+    fresh = np.random.default_rng(5).standard_normal(shape)
+    np.testing.assert_array_equal(first, fresh)
+    np.testing.assert_array_equal(again, fresh)
+    assert a_rng.bit_generator.state == b_rng.bit_generator.state
+    assert a_rng.standard_normal() == b_rng.standard_normal()
+    with pytest.raises(ValueError, match="read-only"):
+        again[0] = 1.0

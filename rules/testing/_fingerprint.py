@@ -1,0 +1,341 @@
+"""What a traced check depends on, as a key: a repeated check with the same key reuses its trace.
+
+Tracing a tester's program (the rule, its conventions, the lowered primitive under jit and
+vmap) costs ~10 ms for even the smallest rule, several times what `check_grads` takes in all.
+A trace is a function of the code it runs and of the values that code reads: the functions
+under test, the rules registered for them, the helpers and constants they reach through
+their globals and closures, the arguments' shapes and dtypes and JAX's configuration.
+`fingerprint` walks that graph on every call (tens of microseconds) and returns a key that
+changes whenever any of it does: a helper redefined in a notebook is a new function object,
+its edited source a new code object, a global constant a new value, a registered rule a new
+registry version. `jax.jit`'s own cache keys on the function object alone, so that a
+redefined helper goes unseen; a tester must not check stale code.
+
+What is walked, and how:
+- functions of user code: identity, code object, defaults, closure cells, and every global
+  name their code (and the code of the functions nested in it) reads; a module so read,
+  the attributes of it the code names; a class, its methods and class attributes;
+- functions of libraries (JAX, NumPy, SciPy, this package, the standard library): their
+  code object and closure cells, not their globals (a library is not edited while it runs;
+  a reloaded one makes new objects);
+- values: numbers and strings by value, NumPy arrays by their bytes (up to `_ARRAY_BYTES`),
+  JAX arrays by identity (immutable), containers and objects by their contents;
+- an object of this package with a `__rules_fingerprint__` method: what that returns (the
+  testers' problem: its fixed arguments, not the ones a traced function replaces);
+- the rules registered for every function met on the way (`rules.rrule`, `rules.frule`),
+  walked like the function.
+
+Anything it cannot vouch for (a tracer, a large NumPy array, an opaque extension object, a
+graph above `_BUDGET` objects) makes the key None: the check is traced anew, as always.
+A library's globals are not walked; instead the attributes of this package's modules and of
+the public modules of JAX, NumPy and SciPy are watched as a whole (`_modules_state`), so that
+a test that monkeypatches one of them (`jax.numpy.linalg.svd`, a shipped rule's helper) is
+traced anew. What it does not see: an attribute of another library's module reassigned (a
+private module of JAX), and mutable state reached only through a library object's methods.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import sys
+import types
+from typing import Any, Iterator
+
+import jax
+import numpy as np
+
+from .._dual import _strict_forward
+from .._lowering import _active_rules
+from .._primitive import Primitive
+from .._registry import frule, registry_version, rrule, rule_key
+
+__all__ = ["fingerprint"]
+
+# Top-level packages whose functions are keyed by code and closure, not by their globals.
+_LIBRARIES = frozenset(
+    "jax jaxlib numpy scipy rules zygote_jax chex optax ml_dtypes opt_einsum builtins math cmath "
+    "functools operator itertools collections typing abc enum dataclasses numbers types "
+    "contextlib weakref copy inspect warnings threading re string _collections _functools "
+    "_operator _abc".split()
+)
+_BUDGET = 4000  # objects walked per fingerprint, at most
+_ARRAY_BYTES = 1 << 16  # NumPy arrays up to this size are keyed by value
+_SCALARS = (bool, int, str, bytes, type(None), type(Ellipsis), type(NotImplemented))
+# class attributes that are bookkeeping, not behaviour
+_CLASS_SKIP = frozenset(("__dict__", "__weakref__", "__doc__", "__module__", "__qualname__", "__slots__",
+                         "__annotations__", "__orig_bases__", "__parameters__", "_abc_impl", "__match_args__",
+                         "__dataclass_fields__", "__dataclass_params__", "__firstlineno__", "__static_attributes__",
+                         "__abstractmethods__", "__hash__", "__type_params__"))
+
+
+# function attributes set by decorators (functools.wraps), not read by the code
+_FUNCTION_SKIP = frozenset(("__wrapped__", "__signature__", "__doc__", "__name__", "__qualname__", "__module__",
+                            "__annotations__", "__type_params__"))
+
+
+class _Uncacheable(Exception):
+    """Something in the graph cannot be keyed soundly."""
+
+
+class _Id:
+    """An object compared and hashed by identity (held, so its id is not reused)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, _Id) and other.value is self.value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+
+def _is_library(module: Any) -> bool:
+    return isinstance(module, str) and module.partition(".")[0] in _LIBRARIES
+
+
+_NAMES: dict[Any, tuple] = {}  # code object -> (the code, every name it and its nested code read)
+
+
+def _names(code: types.CodeType) -> frozenset:
+    hit = _NAMES.get(id(code))
+    if hit is not None and hit[0] is code:
+        return hit[1]
+    names: set = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    found = frozenset(names)
+    if len(_NAMES) > 4096:
+        _NAMES.clear()
+    _NAMES[id(code)] = (code, found)
+    return found
+
+
+class _Walker:
+    def __init__(self) -> None:
+        self.budget = _BUDGET
+        self.seen: dict[int, int] = {}
+        self.held: list = []  # objects whose ids are in `seen`: alive while walking
+
+    def key(self, obj: Any, names: frozenset = frozenset()) -> Any:
+        self.budget -= 1
+        if self.budget < 0:
+            raise _Uncacheable("too large")
+        t = type(obj)
+        if t in _SCALARS:
+            return obj if t is str else (t, obj)
+        if t is float:
+            return (float, obj.hex())
+        if t is complex:
+            return (complex, obj.real.hex(), obj.imag.hex())
+        if t is tuple or t is list:
+            return (t, tuple(self.key(o, names) for o in obj))
+        marker = self.seen.get(id(obj))
+        if marker is not None:
+            return ("seen", marker)
+        self.seen[id(obj)] = len(self.seen)
+        self.held.append(obj)
+        return self._compound(obj, t, names)
+
+    def _compound(self, obj: Any, t: type, names: frozenset) -> Any:
+        if isinstance(obj, jax.core.Tracer):
+            raise _Uncacheable("a tracer")
+        if isinstance(obj, jax.Array):
+            return ("jax.Array", _Id(obj))
+        if isinstance(obj, np.ndarray):
+            if obj.dtype == object or obj.nbytes > _ARRAY_BYTES:
+                raise _Uncacheable("an object or large NumPy array")
+            return ("ndarray", obj.dtype.str, obj.shape, obj.tobytes())
+        if isinstance(obj, np.generic):
+            return ("np.generic", obj.dtype.str, np.asarray(obj).tobytes())
+        if isinstance(obj, (np.dtype, jax.tree_util.PyTreeDef)):
+            try:
+                hash(obj)
+            except TypeError:  # a tree whose node data cannot be hashed
+                raise _Uncacheable("an unhashable tree") from None
+            return ("value", obj)
+        if isinstance(obj, types.FunctionType):
+            return self._function(obj)
+        if isinstance(obj, types.ModuleType):
+            return self._module(obj, names)
+        if isinstance(obj, type):
+            return self._class(obj)
+        if isinstance(obj, (types.MethodType, classmethod, staticmethod)):
+            return ("method", self.key(getattr(obj, "__self__", None)), self.key(obj.__func__))
+        if isinstance(obj, functools.partial):
+            return ("partial", self._class(t), self.key(obj.func), self.key(obj.args), self.key(obj.keywords),
+                    self.key(getattr(obj, "__dict__", None)))
+        if isinstance(obj, property):
+            return ("property", self.key(obj.fget), self.key(obj.fset), self.key(obj.fdel))
+        if isinstance(obj, (types.BuiltinFunctionType, np.ufunc)):
+            owner = getattr(obj, "__self__", None)
+            held = None if owner is None or isinstance(owner, types.ModuleType) else self.key(owner)
+            return ("builtin", _Id(obj), held, self._rules(obj))
+        if isinstance(obj, Primitive):  # its fields but its cache of lowerings
+            fields = tuple((k, self.key(v)) for k, v in vars(obj).items() if k not in _PRIMITIVE_SKIP)
+            return ("primitive", _Id(obj), fields, self._rules(obj))
+        if t is dict or t is types.MappingProxyType:
+            return ("dict", tuple((self.key(k), self.key(v, names)) for k, v in obj.items()))
+        if t.__module__.partition(".")[0] == "jaxlib" and hasattr(obj, "__wrapped__"):
+            # `jax.jit(f)`: its options are fixed for the object; what it runs is f
+            return ("jit", _Id(obj), self.key(obj.__wrapped__), self._rules(obj))
+        if t is set or t is frozenset:
+            return (t, frozenset(self.key(o) for o in obj))
+        return self._instance(obj, t)
+
+    def _rules(self, f: Any) -> Any:
+        """The rules registered for `f` (both tables), walked: a rule's helper can change too."""
+        try:
+            k = rule_key(f)
+            entries = rrule._rules.get(k), frule._rules.get(k)
+        except TypeError:  # unhashable: no rules can be registered for it
+            return None
+        if entries == (None, None):
+            return None
+        return tuple(None if e is None else tuple((self.key(sig), self.key(fn)) for sig, fn in e) for e in entries)
+
+    def _function(self, fn: types.FunctionType) -> Any:
+        code = fn.__code__
+        closure = tuple(self._cell(c) for c in fn.__closure__ or ())
+        parts: list = [_Id(code), closure, self.key(fn.__defaults__), self.key(fn.__kwdefaults__), self._rules(fn)]
+        if _is_library(fn.__module__):
+            return ("library function", *parts)
+        attributes = {k: v for k, v in fn.__dict__.items() if k not in _FUNCTION_SKIP}
+        if attributes:
+            parts.append(self.key(attributes))
+        g, names = fn.__globals__, _names(code)
+        reads = tuple((name, self.key(g[name], names)) for name in sorted(names) if name in g)
+        return ("function", _Id(fn), *parts, reads)
+
+    def _cell(self, cell: Any) -> Any:
+        try:
+            return self.key(cell.cell_contents)
+        except ValueError:  # an empty cell
+            return ("empty cell",)
+
+    def _module(self, module: types.ModuleType, names: frozenset) -> Any:
+        if _is_library(module.__name__):
+            return ("module", module.__name__)
+        d = vars(module)
+        return ("module", _Id(module), tuple((n, self.key(d[n], names)) for n in sorted(names) if n in d))
+
+    def _class(self, cls: type) -> Any:
+        if _is_library(cls.__module__):
+            return ("class", _Id(cls))
+        parts: list = []
+        for c in cls.__mro__:
+            if _is_library(c.__module__):
+                parts.append(_Id(c))
+                continue
+            for name, value in vars(c).items():
+                if name in _CLASS_SKIP or (name.startswith("__") and isinstance(value, (str, type(None)))):
+                    continue
+                if isinstance(value, (types.GetSetDescriptorType, types.MemberDescriptorType)):
+                    continue  # instance storage, walked with the instance
+                if hasattr(type(value), "__get__") and _is_library(type(value).__module__) and not isinstance(
+                        value, (types.FunctionType, property, classmethod, staticmethod, functools.partialmethod)):
+                    parts.append((name, _Id(value)))  # a library's descriptor (a NamedTuple's field getter)
+                    continue
+                parts.append((name, self.key(value)))
+        return ("class", _Id(cls), tuple(parts))
+
+    def _instance(self, obj: Any, t: type) -> Any:
+        hook = getattr(t, "__rules_fingerprint__", None)
+        if hook is not None and _is_library(t.__module__):  # what it reads, as the class tells
+            return ("hook", _Id(t), self.key(hook(obj)))
+        parts: list = [self._class(t)]
+        if isinstance(obj, tuple):
+            parts.append(tuple(self.key(o) for o in obj))
+        elif isinstance(obj, dict):
+            parts.append(tuple((self.key(k), self.key(v)) for k, v in obj.items()))
+        d = getattr(obj, "__dict__", None)
+        if isinstance(d, dict):
+            parts.append(tuple((k, self.key(v)) for k, v in d.items()))
+        slots = _slot_names(t)
+        for name in slots:
+            parts.append(self.key(getattr(obj, name, _MISSING)))
+        if d is None and not slots and not isinstance(obj, (tuple, dict)):
+            wrapped = getattr(obj, "__wrapped__", None)  # jax.jit's compiled function: C++, opaque
+            if wrapped is None:
+                raise _Uncacheable(f"an opaque {t.__name__}")
+            return ("wrapped", _Id(obj), self.key(wrapped), self._rules(obj))
+        if callable(obj):
+            parts.append(self._rules(obj))
+        return ("instance", *parts)
+
+
+_MISSING = ("missing attribute",)
+_PRIMITIVE_SKIP = frozenset(("_lowered", "__wrapped__", "__doc__"))
+_SLOTS: dict[type, tuple] = {}
+
+
+def _slot_names(t: type) -> tuple:
+    hit = _SLOTS.get(t)
+    if hit is None:
+        names: list = []
+        for c in t.__mro__:
+            s = vars(c).get("__slots__", ())
+            names += [s] if isinstance(s, str) else [n for n in s if n not in ("__dict__", "__weakref__")]
+        hit = _SLOTS[t] = tuple(names)
+    return hit
+
+
+# Modules whose attributes are watched as a whole (`_modules_state`): this package's, and the
+# public modules of JAX, NumPy and SciPy that rules call.
+_WATCHED = frozenset(("jax", "jax.numpy", "jax.numpy.linalg", "jax.numpy.fft", "jax.lax", "jax.lax.linalg",
+                      "jax.nn", "jax.scipy.special", "jax.scipy.linalg", "jax.scipy.stats", "jax.random",
+                      "jax.tree_util", "numpy", "numpy.linalg", "numpy.fft", "scipy.special", "scipy.linalg",
+                      "scipy.integrate", "scipy.optimize"))
+_WATCHED_DICTS: list = [-1, []]  # len(sys.modules) when listed, the modules' __dict__s
+
+
+def _modules_state() -> int:
+    """A sum of the identities of every attribute of the watched modules: it changes when one
+    is reassigned (`monkeypatch.setattr(jnp.linalg, "svd", ...)`, a flag of this package
+    switched off), and comes back when it is restored. The functions of a library are keyed
+    by their code, not their globals; this is what sees their globals change. ~0.2 ms."""
+    count = len(sys.modules)
+    if _WATCHED_DICTS[0] != count:
+        _WATCHED_DICTS[:] = [count, [vars(m) for n, m in list(sys.modules.items()) if m is not None and (
+            n in _WATCHED or n.partition(".")[0] in ("rules", "zygote_jax"))]]
+    return sum([sum(map(id, d.values())) for d in _WATCHED_DICTS[1]])
+
+
+def _context() -> tuple:
+    """JAX's configuration (context managers included), this package's tracing state and the
+    state of the watched modules."""
+    return (registry_version(), tuple(jax.config.values.items()), _strict_forward.get(), _active_rules.get(),
+            _modules_state())
+
+
+_SCOPE: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("rules_fingerprint_scope", default=None)
+
+
+@contextlib.contextmanager
+def scope() -> Iterator[None]:
+    """Within: one reading of the configuration and the watched modules serves every
+    `fingerprint` (a tester's call: nothing it runs reassigns a module attribute)."""
+    token = _SCOPE.set(_context())
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
+def fingerprint(*objs: Any) -> Any:
+    """A hashable key of `objs` and all they reach (see the module docstring), or None where
+    something cannot be keyed soundly. Equal keys: traces of the same code reading the same
+    values, under the same configuration and the same registered rules."""
+    context = _SCOPE.get()
+    try:
+        return (_context() if context is None else context, _Walker().key(objs))
+    except _Uncacheable:
+        return None
+    except RecursionError:  # a graph deeper than Python's stack
+        return None
+
