@@ -12,34 +12,53 @@ registry version. `jax.jit`'s own cache keys on the function object alone, so th
 redefined helper goes unseen; a tester must not check stale code.
 
 What is walked, and how:
-- functions of user code: identity, code object, defaults, closure cells, and every global
-  name their code (and the code of the functions nested in it) reads; a module so read,
-  the attributes of it the code names; a class, its methods and class attributes;
-- functions of libraries (JAX, NumPy, SciPy, this package, the standard library): their
+- functions of user code: identity, code object, defaults, closure cells, attributes, and
+  every global name their code (and the code of the functions nested in it) reads; a
+  module imported in their body; all of their globals where the code reads them without
+  naming them (`globals()`, `vars`, `eval`, `exec`);
+- a user module reached as a value (`import helpers`, held in a closure or an attribute):
+  its whole namespace, as code anywhere may read any of it (`getattr` included), with
+  its module-level `__getattr__`;
+- a user class: its metaclass, and the methods and class attributes of every user class in
+  its MRO; an instance: its class, `__dict__`, slots, and the items or value of a
+  container or number it subclasses;
+- functions of libraries (JAX, NumPy, SciPy, this package, the standard library; told by the
+  file their code comes from, not by a `__module__` that `functools.wraps` copies): their
   code object and closure cells, not their globals (a library is not edited while it runs;
   a reloaded one makes new objects);
 - values: numbers and strings by value, NumPy arrays by their bytes (up to `_ARRAY_BYTES`),
-  JAX arrays by identity (immutable), containers and objects by their contents;
+  JAX arrays by identity (immutable), `jax.jit`-wrapped functions by what they wrap,
+  containers and objects by their contents;
 - an object of this package with a `__rules_fingerprint__` method: what that returns (the
   testers' problem: its fixed arguments, not the ones a traced function replaces);
 - the rules registered for every function met on the way (`rules.rrule`, `rules.frule`),
   walked like the function.
 
 Anything it cannot vouch for (a tracer, a large NumPy array, an opaque extension object, a
-graph above `_BUDGET` objects) makes the key None: the check is traced anew, as always.
+graph above `_BUDGET` objects, an attribute that raises when read) makes the key None: the
+check is traced anew, as always.
+
 A library's globals are not walked; instead the attributes of this package's modules and of
-the public modules of JAX, NumPy and SciPy are watched as a whole (`_modules_state`), so that
-a test that monkeypatches one of them (`jax.numpy.linalg.svd`, a shipped rule's helper) is
-traced anew. What it does not see: an attribute of another library's module reassigned (a
-private module of JAX), and mutable state reached only through a library object's methods.
+the public modules of JAX, NumPy and SciPy are watched as a whole, by identity
+(`_modules_state`), so that a test that monkeypatches one of them (`jax.numpy.linalg.svd`, a
+shipped rule's helper) is traced anew. What it does not see: an attribute of another
+library's module reassigned (a private module of JAX), state reached only through a library
+object's methods, a pytree's node data mutated in place (JAX requires it to be immutable),
+and a JAX array changed in place through memory it shares with NumPy (`from_dlpack`).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
+import decimal
+import fractions
 import functools
+import os
+import pathlib
 import sys
+import sysconfig
 import types
 from typing import Any, Iterator
 
@@ -98,22 +117,57 @@ def _is_library(module: Any) -> bool:
     return isinstance(module, str) and module.partition(".")[0] in _LIBRARIES
 
 
-_NAMES: dict[Any, tuple] = {}  # code object -> (the code, every name it and its nested code read)
+_ROOTS: list = [-1, ()]  # len(sys.modules) when found, the directories of library code
 
 
-def _names(code: types.CodeType) -> frozenset:
-    hit = _NAMES.get(id(code))
+def _library_roots() -> tuple:
+    """Where library code lives: the packages of `_LIBRARIES` and the standard library (not
+    its site-packages). A function is library code by the file its code comes from, not by
+    its `__module__`, which `functools.wraps` copies from the function it wraps."""
+    if _ROOTS[0] != len(sys.modules):
+        roots = set()
+        for name in _LIBRARIES:
+            file = getattr(sys.modules.get(name), "__file__", None)
+            if file:
+                roots.add(os.path.dirname(os.path.abspath(file)) + os.sep)
+        paths = sysconfig.get_paths()
+        stdlib = os.path.abspath(paths["stdlib"]) + os.sep
+        installed = tuple(os.path.abspath(paths[k]) + os.sep for k in ("purelib", "platlib"))
+        _ROOTS[:] = [len(sys.modules), (tuple(sorted(roots)), stdlib, installed)]
+    return _ROOTS[1]
+
+
+def _is_library_file(filename: str) -> bool:
+    if filename.startswith("<frozen "):  # the standard library's frozen modules
+        return True
+    packages, stdlib, installed = _library_roots()
+    path = os.path.abspath(filename) if not filename.startswith("<") else filename
+    if path.startswith(packages):
+        return True
+    return path.startswith(stdlib) and not path.startswith(installed)
+
+
+_CODES: dict[Any, tuple] = {}  # id(code) -> (code, names it and its nested code read, library code?)
+
+
+def _code_info(code: types.CodeType) -> tuple:
+    hit = _CODES.get(id(code))
     if hit is not None and hit[0] is code:
-        return hit[1]
+        return hit
     names: set = set(code.co_names)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            names |= _names(const)
-    found = frozenset(names)
-    if len(_NAMES) > 4096:
-        _NAMES.clear()
-    _NAMES[id(code)] = (code, found)
-    return found
+            names |= _code_info(const)[1]
+    if len(_CODES) > 4096:
+        _CODES.clear()
+    hit = _CODES[id(code)] = (code, frozenset(names), _is_library_file(code.co_filename))
+    return hit
+
+
+# Names by which code reads a namespace without naming what it reads: such code's globals are
+# walked whole.
+_DYNAMIC = frozenset(("globals", "vars", "eval", "exec", "locals", "__dict__"))
+_BUILTIN_VALUES = (range, slice, fractions.Fraction, decimal.Decimal, pathlib.PurePath)
 
 
 class _Walker:
@@ -122,7 +176,7 @@ class _Walker:
         self.seen: dict[int, int] = {}
         self.held: list = []  # objects whose ids are in `seen`: alive while walking
 
-    def key(self, obj: Any, names: frozenset = frozenset()) -> Any:
+    def key(self, obj: Any) -> Any:
         self.budget -= 1
         if self.budget < 0:
             raise _Uncacheable("too large")
@@ -133,16 +187,18 @@ class _Walker:
             return (float, obj.hex())
         if t is complex:
             return (complex, obj.real.hex(), obj.imag.hex())
-        if t is tuple or t is list:
-            return (t, tuple(self.key(o, names) for o in obj))
+        if t is tuple:
+            return (t, tuple(self.key(o) for o in obj))
         marker = self.seen.get(id(obj))
         if marker is not None:
             return ("seen", marker)
         self.seen[id(obj)] = len(self.seen)
         self.held.append(obj)
-        return self._compound(obj, t, names)
+        return self._compound(obj, t)
 
-    def _compound(self, obj: Any, t: type, names: frozenset) -> Any:
+    def _compound(self, obj: Any, t: type) -> Any:
+        if t is list or t is collections.deque:
+            return (t, tuple(self.key(o) for o in obj))
         if isinstance(obj, jax.core.Tracer):
             raise _Uncacheable("a tracer")
         if isinstance(obj, jax.Array):
@@ -159,10 +215,14 @@ class _Walker:
             except TypeError:  # a tree whose node data cannot be hashed
                 raise _Uncacheable("an unhashable tree") from None
             return ("value", obj)
+        if t in _BUILTIN_VALUES or isinstance(obj, _BUILTIN_VALUES):  # immutable values
+            return ("value", t, repr(obj))
+        if t is object or isinstance(obj, jax.Device):  # a sentinel, a device: no state of their own
+            return ("identity", _Id(obj))
         if isinstance(obj, types.FunctionType):
             return self._function(obj)
         if isinstance(obj, types.ModuleType):
-            return self._module(obj, names)
+            return self._module(obj)
         if isinstance(obj, type):
             return self._class(obj)
         if isinstance(obj, (types.MethodType, classmethod, staticmethod)):
@@ -172,6 +232,10 @@ class _Walker:
                     self.key(getattr(obj, "__dict__", None)))
         if isinstance(obj, property):
             return ("property", self.key(obj.fget), self.key(obj.fset), self.key(obj.fdel))
+        if isinstance(obj, functools.cached_property):
+            return ("cached_property", self.key(obj.func))
+        if isinstance(obj, functools.singledispatchmethod):
+            return ("singledispatchmethod", self.key(dict(obj.dispatcher.registry)))
         if isinstance(obj, (types.BuiltinFunctionType, np.ufunc)):
             owner = getattr(obj, "__self__", None)
             held = None if owner is None or isinstance(owner, types.ModuleType) else self.key(owner)
@@ -180,12 +244,12 @@ class _Walker:
             fields = tuple((k, self.key(v)) for k, v in vars(obj).items() if k not in _PRIMITIVE_SKIP)
             return ("primitive", _Id(obj), fields, self._rules(obj))
         if t is dict or t is types.MappingProxyType:
-            return ("dict", tuple((self.key(k), self.key(v, names)) for k, v in obj.items()))
+            return ("dict", tuple((self.key(k), self.key(v)) for k, v in obj.items()))
+        if t is set or t is frozenset:
+            return (t, frozenset(self.key(o) for o in obj))
         if t.__module__.partition(".")[0] == "jaxlib" and hasattr(obj, "__wrapped__"):
             # `jax.jit(f)`: its options are fixed for the object; what it runs is f
             return ("jit", _Id(obj), self.key(obj.__wrapped__), self._rules(obj))
-        if t is set or t is frozenset:
-            return (t, frozenset(self.key(o) for o in obj))
         return self._instance(obj, t)
 
     def _rules(self, f: Any) -> Any:
@@ -193,7 +257,7 @@ class _Walker:
         try:
             k = rule_key(f)
             entries = rrule._rules.get(k), frule._rules.get(k)
-        except TypeError:  # unhashable: no rules can be registered for it
+        except Exception:  # noqa: BLE001 - unhashable, or an attribute lookup that raises: no rules
             return None
         if entries == (None, None):
             return None
@@ -201,15 +265,24 @@ class _Walker:
 
     def _function(self, fn: types.FunctionType) -> Any:
         code = fn.__code__
+        _, names, library = _code_info(code)
         closure = tuple(self._cell(c) for c in fn.__closure__ or ())
         parts: list = [_Id(code), closure, self.key(fn.__defaults__), self.key(fn.__kwdefaults__), self._rules(fn)]
-        if _is_library(fn.__module__):
+        if library:
             return ("library function", *parts)
         attributes = {k: v for k, v in fn.__dict__.items() if k not in _FUNCTION_SKIP}
         if attributes:
             parts.append(self.key(attributes))
-        g, names = fn.__globals__, _names(code)
-        reads = tuple((name, self.key(g[name], names)) for name in sorted(names) if name in g)
+        g = fn.__globals__
+        if names & _DYNAMIC:  # reads globals it does not name
+            reads = self._namespace(g)
+        else:
+            reads = tuple((name, self.key(g[name])) for name in sorted(names) if name in g)
+            # a module imported inside the function (`import helpers` in its body) is a local
+            imported = tuple((name, self.key(sys.modules[name])) for name in sorted(names)
+                             if name not in g and name in sys.modules)
+            if imported:
+                reads += imported
         return ("function", _Id(fn), *parts, reads)
 
     def _cell(self, cell: Any) -> Any:
@@ -218,16 +291,21 @@ class _Walker:
         except ValueError:  # an empty cell
             return ("empty cell",)
 
-    def _module(self, module: types.ModuleType, names: frozenset) -> Any:
+    def _namespace(self, d: dict) -> tuple:
+        """Every entry of a user module's namespace but its bookkeeping (a module reached as a
+        value is read by attribute names of code elsewhere, or by `getattr`: all of it counts)."""
+        return tuple((k, self.key(v)) for k, v in d.items()
+                     if not (k.startswith("__") and k.endswith("__")) or k == "__getattr__")
+
+    def _module(self, module: types.ModuleType) -> Any:
         if _is_library(module.__name__):
             return ("module", module.__name__)
-        d = vars(module)
-        return ("module", _Id(module), tuple((n, self.key(d[n], names)) for n in sorted(names) if n in d))
+        return ("module", _Id(module), self._namespace(vars(module)))
 
     def _class(self, cls: type) -> Any:
         if _is_library(cls.__module__):
             return ("class", _Id(cls))
-        parts: list = []
+        parts: list = [self.key(type(cls))]  # the metaclass: its `__getattr__` may read globals
         for c in cls.__mro__:
             if _is_library(c.__module__):
                 parts.append(_Id(c))
@@ -237,9 +315,7 @@ class _Walker:
                     continue
                 if isinstance(value, (types.GetSetDescriptorType, types.MemberDescriptorType)):
                     continue  # instance storage, walked with the instance
-                if hasattr(type(value), "__get__") and _is_library(type(value).__module__) and not isinstance(
-                        value, (types.FunctionType, property, classmethod, staticmethod, functools.partialmethod)):
-                    parts.append((name, _Id(value)))  # a library's descriptor (a NamedTuple's field getter)
+                if type(value).__name__ == "_tuplegetter":  # a NamedTuple's field: read from the tuple
                     continue
                 parts.append((name, self.key(value)))
         return ("class", _Id(cls), tuple(parts))
@@ -249,21 +325,23 @@ class _Walker:
         if hook is not None and _is_library(t.__module__):  # what it reads, as the class tells
             return ("hook", _Id(t), self.key(hook(obj)))
         parts: list = [self._class(t)]
-        if isinstance(obj, tuple):
+        if isinstance(obj, (tuple, list, collections.deque)):
             parts.append(tuple(self.key(o) for o in obj))
         elif isinstance(obj, dict):
             parts.append(tuple((self.key(k), self.key(v)) for k, v in obj.items()))
+        elif isinstance(obj, (set, frozenset)):
+            parts.append(frozenset(self.key(o) for o in obj))
+        elif isinstance(obj, (int, float, complex, str, bytes)):  # a subclass of a number or a string
+            base: Any = next(b for b in t.__mro__ if b in (int, float, complex, str, bytes))
+            parts.append(repr(base(obj)))
         d = getattr(obj, "__dict__", None)
         if isinstance(d, dict):
             parts.append(tuple((k, self.key(v)) for k, v in d.items()))
-        slots = _slot_names(t)
+        slotted, slots = _slot_names(t)
         for name in slots:
             parts.append(self.key(getattr(obj, name, _MISSING)))
-        if d is None and not slots and not isinstance(obj, (tuple, dict)):
-            wrapped = getattr(obj, "__wrapped__", None)  # jax.jit's compiled function: C++, opaque
-            if wrapped is None:
-                raise _Uncacheable(f"an opaque {t.__name__}")
-            return ("wrapped", _Id(obj), self.key(wrapped), self._rules(obj))
+        if d is None and not slotted and not isinstance(obj, (tuple, list, dict, set, frozenset)):
+            raise _Uncacheable(f"an opaque {t.__name__}")
         if callable(obj):
             parts.append(self._rules(obj))
         return ("instance", *parts)
@@ -275,13 +353,18 @@ _SLOTS: dict[type, tuple] = {}
 
 
 def _slot_names(t: type) -> tuple:
+    """(whether some class of t's declares `__slots__`, the names of those slots)."""
     hit = _SLOTS.get(t)
     if hit is None:
         names: list = []
+        slotted = False
         for c in t.__mro__:
-            s = vars(c).get("__slots__", ())
+            if c is object or "__slots__" not in vars(c):
+                continue
+            slotted = True
+            s = vars(c)["__slots__"]
             names += [s] if isinstance(s, str) else [n for n in s if n not in ("__dict__", "__weakref__")]
-        hit = _SLOTS[t] = tuple(names)
+        hit = _SLOTS[t] = (slotted, tuple(names))
     return hit
 
 
@@ -294,16 +377,37 @@ _WATCHED = frozenset(("jax", "jax.numpy", "jax.numpy.linalg", "jax.numpy.fft", "
 _WATCHED_DICTS: list = [-1, []]  # len(sys.modules) when listed, the modules' __dict__s
 
 
-def _modules_state() -> int:
-    """A sum of the identities of every attribute of the watched modules: it changes when one
+def _modules_state() -> _Identities:
+    """Every attribute of the watched modules, compared by identity: the key changes when one
     is reassigned (`monkeypatch.setattr(jnp.linalg, "svd", ...)`, a flag of this package
-    switched off), and comes back when it is restored. The functions of a library are keyed
-    by their code, not their globals; this is what sees their globals change. ~0.2 ms."""
+    switched off, two swapped), and is the same again when it is restored. The key holds
+    the attributes, so an object replaced and freed cannot hand its id to a new one. The
+    functions of a library are keyed by their code, not their globals; this is what sees
+    their globals change. ~0.2 ms, once per tester call (`scope`)."""
     count = len(sys.modules)
     if _WATCHED_DICTS[0] != count:
         _WATCHED_DICTS[:] = [count, [vars(m) for n, m in list(sys.modules.items()) if m is not None and (
             n in _WATCHED or n.partition(".")[0] in ("rules", "zygote_jax"))]]
-    return sum([sum(map(id, d.values())) for d in _WATCHED_DICTS[1]])
+    values: list = []
+    for d in _WATCHED_DICTS[1]:
+        values += d.values()
+    return _Identities(tuple(values))
+
+
+class _Identities:
+    """A tuple of objects compared and hashed by their identities (held)."""
+
+    __slots__ = ("values", "_hash")
+
+    def __init__(self, values: tuple):
+        self.values, self._hash = values, hash(tuple(map(id, values)))
+
+    def __eq__(self, other: Any) -> bool:
+        return (isinstance(other, _Identities) and len(other.values) == len(self.values)
+                and all(a is b for a, b in zip(self.values, other.values)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 def _context() -> tuple:
@@ -336,6 +440,6 @@ def fingerprint(*objs: Any) -> Any:
         return (_context() if context is None else context, _Walker().key(objs))
     except _Uncacheable:
         return None
-    except RecursionError:  # a graph deeper than Python's stack
-        return None
+    except Exception:  # noqa: BLE001 - anything else (a graph deeper than Python's stack, an attribute
+        return None  # that raises when read): not keyed, traced anew; a fingerprint never fails a check
 

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._compiled import jit, program_key
+from ._compare import host_dot
 from ._fingerprint import fingerprint
 
 __all__ = [
@@ -1028,7 +1029,7 @@ class _Sampler:
         """`<w, combine(offsets, weights, step)>`, the stencil's derivative of t -> <w, f(x +
         t d)>, reduced on the device for a large batch (nothing output-sized comes back)."""
         if not self._large(len(offsets)):
-            return float(np.asarray(self.w) @ self.combine(offsets, weights, step))
+            return host_dot(np.asarray(self.w, np.float64), np.asarray(self.combine(offsets, weights, step), np.float64))
         diffs = jax.device_get([diff for _, _, diff, _ in self._each(offsets * step)])
         return float(_divide(np.dot(weights[1:], diffs[1:]), step))
 

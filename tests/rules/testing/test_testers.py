@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 from typing import NamedTuple
 
 import jax
@@ -1234,7 +1235,8 @@ def test_finite_differences_of_a_function_whose_global_changed_use_the_new_funct
 
 def test_fingerprint_keys_what_it_can_vouch_for_and_refuses_the_rest():
     """Equal code and values give equal keys; a tracer, a large NumPy array, an opaque object
-    or a graph too large to walk give None (traced anew, as always)."""
+    (a random generator, whose state a rule would consume) or a graph too large to walk give
+    None (traced anew, as always)."""
     from rules.testing._fingerprint import _BUDGET, fingerprint
 
     def g(x):
@@ -1244,7 +1246,7 @@ def test_fingerprint_keys_what_it_can_vouch_for_and_refuses_the_rest():
     assert fingerprint(g, 0.0) != fingerprint(g, -0.0)
     assert fingerprint(np.ones(3)) != fingerprint(np.full(3, 1.0 + 1e-16 * 4))
     assert fingerprint(np.zeros(1 << 20)) is None
-    assert fingerprint(object()) is None
+    assert fingerprint(np.random.default_rng(0)) is None  # stateful and opaque
     assert fingerprint([[0]] * (_BUDGET + 1)) is None
     seen = []
     jax.jit(lambda x: seen.append(fingerprint(x)) or x)(1.0)
@@ -1268,3 +1270,156 @@ def test_a_large_random_draw_is_kept_and_equals_a_fresh_one():
     assert a_rng.standard_normal() == b_rng.standard_normal()
     with pytest.raises(ValueError, match="read-only"):
         again[0] = 1.0
+
+
+_CFG = """
+    S = 1.0
+    T = 1.0
+"""
+
+# How a rule may read a value (module zj_cfg's S, or T, or its own global S), and how the
+# value changes: the rule is right before and 1% wrong after. Each was a stale reuse once.
+_READS = {
+    "a user module in a closure cell": ("""
+        def make(cfg):
+            def pullback_of(x):
+                return lambda y_bar: (rules.NoTangent(), cfg.S * rules.unthunk(y_bar) * jnp.cos(x))
+            return pullback_of
+        pullback_of = make(CFG)
+    """, lambda m, cfg: setattr(cfg, "S", 1.01)),
+    "a user module as a default argument": ("""
+        def pullback_of(x, cfg=CFG):
+            return lambda y_bar: (rules.NoTangent(), cfg.S * rules.unthunk(y_bar) * jnp.cos(x))
+    """, lambda m, cfg: setattr(cfg, "S", 1.01)),
+    "a user module read by two functions": ("""
+        cfg = CFG
+        def other():
+            return cfg.T
+        def pullback_of(x):
+            other()
+            return lambda y_bar: (rules.NoTangent(), cfg.S * rules.unthunk(y_bar) * jnp.cos(x))
+    """, lambda m, cfg: setattr(cfg, "S", 1.01)),
+    "a module imported in the body": ("""
+        def pullback_of(x):
+            import zj_cfg_imported
+            return lambda y_bar: (rules.NoTangent(), zj_cfg_imported.S * rules.unthunk(y_bar) * jnp.cos(x))
+    """, lambda m, cfg: setattr(cfg, "S", 1.01)),
+    "globals()": ("""
+        S = 1.0
+        def pullback_of(x):
+            return lambda y_bar: (rules.NoTangent(), globals()["S"] * rules.unthunk(y_bar) * jnp.cos(x))
+    """, lambda m, cfg: setattr(m, "S", 1.01)),
+    "getattr on a module": ("""
+        cfg = CFG
+        def pullback_of(x):
+            return lambda y_bar: (rules.NoTangent(), getattr(cfg, "S") * rules.unthunk(y_bar) * jnp.cos(x))
+    """, lambda m, cfg: setattr(cfg, "S", 1.01)),
+    "a helper wrapping a jax function": ("""
+        import functools
+        S = 1.0
+        @functools.wraps(jnp.cos)
+        def helper(x):
+            return S * jnp.cos(x)
+        def pullback_of(x):
+            return lambda y_bar: (rules.NoTangent(), rules.unthunk(y_bar) * helper(x))
+    """, lambda m, cfg: setattr(m, "S", 1.01)),
+    "a metaclass __getattr__": ("""
+        S = 1.0
+        class Meta(type):
+            def __getattr__(cls, name):
+                return S
+        class Holder(metaclass=Meta):
+            pass
+        def pullback_of(x):
+            return lambda y_bar: (rules.NoTangent(), Holder.scale * rules.unthunk(y_bar) * jnp.cos(x))
+    """, lambda m, cfg: setattr(m, "S", 1.01)),
+    "a jitted class attribute": ("""
+        import jax
+        S = 1.0
+        def _scale(v):
+            return S * v
+        class Ops:
+            scale = jax.jit(_scale)
+        def pullback_of(x):
+            return lambda y_bar: (rules.NoTangent(), Ops.scale(rules.unthunk(y_bar) * jnp.cos(x)))
+    """, lambda m, cfg: (setattr(m, "S", 1.01), jax.clear_caches())),
+    "a list subclass changed in place": ("""
+        class Coefs(list):
+            pass
+        COEFS = Coefs([1.0])
+        def pullback_of(x):
+            return lambda y_bar: (rules.NoTangent(), COEFS[0] * rules.unthunk(y_bar) * jnp.cos(x))
+    """, lambda m, cfg: m.COEFS.__setitem__(0, 1.01)),
+}
+
+
+@pytest.mark.parametrize("how", list(_READS))
+def test_a_value_read_indirectly_that_changed_is_checked_as_it_is_now(how):
+    """The ways code reads a value that a walk by global names alone misses: each change
+    makes the rule wrong, and the next check must fail, not reuse the right rule's trace."""
+    source, change = _READS[how]
+    cfg = _user_module("zj_cfg_imported", _CFG)
+    sys.modules["zj_cfg_imported"] = cfg
+    try:
+        module = types.ModuleType(f"zj_reads_{len(how)}")
+        vars(module).update(CFG=cfg)
+        exec("import jax.numpy as jnp\nimport rules\n" + textwrap.dedent(source) + textwrap.dedent("""
+            @rules.primitive
+            def mysin(x):
+                return jnp.sin(x)
+
+            @mysin.rrule
+            def mysin_rrule(x):
+                return jnp.sin(x), pullback_of(x)
+        """), vars(module))
+        test_rrule(module.mysin, X64)
+        change(module, cfg)
+        with pytest.raises(AssertionError, match="cotangent does not match finite differences"):
+            test_rrule(module.mysin, X64)
+    finally:
+        del sys.modules["zj_cfg_imported"]
+
+
+def test_a_library_function_patched_restored_and_patched_again_is_seen_each_time(monkeypatch):
+    """Watched module attributes are compared by identity and held by the key: a patch, its
+    undo and another patch (whose function could reuse the first one's freed address) are
+    three different states; swapping two attributes is a change too."""
+    f = with_rrule("mysin", jnp.sin, lambda y_bar, x: (NoTangent(), y_bar * jnp.cos(x)))
+    cos = jnp.cos
+    for _ in range(3):
+        test_rrule(f, X64)
+        with monkeypatch.context() as patch:
+            patch.setattr(jnp, "cos", lambda v: 1.01 * cos(v))
+            with pytest.raises(AssertionError, match="cotangent does not match finite differences"):
+                test_rrule(f, X64)
+    test_rrule(f, X64)
+    monkeypatch.setattr(jnp, "cos", jnp.sin)
+    monkeypatch.setattr(jnp, "sin", cos)  # swapped: the rule's jnp.cos is now sin
+    with pytest.raises(AssertionError):
+        test_rrule(f, X64)
+
+
+def test_common_objects_in_a_rule_do_not_stop_its_trace_being_reused():
+    """Tangent singletons, sentinels, jax.vmap'd helpers, devices and plain values in a rule's
+    closure are keyed; an attribute that raises when read makes the fingerprint None rather
+    than failing the check."""
+    from rules.testing._fingerprint import fingerprint
+
+    vcos = jax.vmap(jnp.cos)
+    held = (NoTangent(), ZeroTangent(), object(), vcos, jax.devices()[0], range(3), slice(1, 2))
+
+    def rule_reading(x):
+        return held, vcos(x)
+
+    assert fingerprint(rule_reading) is not None
+
+    class Strict:
+        def __getattr__(self, name):
+            raise KeyError(name)
+
+        def __call__(self, x):
+            return x
+
+    fingerprint(Strict())  # an attribute lookup raising KeyError: no key, no exception
+    f = with_rrule("mysin", jnp.sin, lambda y_bar, x: (NoTangent(), y_bar * jnp.cos(Strict()(x))))
+    test_rrule(f, X64)
