@@ -9,11 +9,12 @@ detecting a 1e-6 relative error in float64 that check_grads misses.
 Method: each test_rrule row is timed alternately with check_grads (medians of 5 pairs, after
 one warm-up call of each; the ratio is of those medians), so that drift on a shared machine
 hits both alike. Warm calls reuse what a repeated call reuses: JAX's compiled eager kernels
-for check_grads; for test_rrule the compilations of its programs (the rule and its
-conventions, finite differences, the lowered primitive under jit and vmap), found by the
-jaxpr they trace to. test_rrule traces the rule and f again on every call, so that a helper
-changed since the last call is checked as it is now: that tracing (about 8 ms for the checks
-of this function) is what the default's target of 3x check_grads misses by at small sizes. `first call` is one
+for check_grads; for test_rrule its traces and compiled programs (the rule and its
+conventions, finite differences, the lowered primitive under jit and vmap), while the
+fingerprint of the code they run and the values it reads is unchanged
+(`rules/testing/_fingerprint.py`: a helper changed since the last call is traced anew, so
+nothing stale is checked). Before that reuse, tracing (about 10 ms for the checks of this
+function) put the default at 6-7x check_grads at small sizes. `first call` is one
 call of each in a fresh process (compilation included; full run only). test_rrule is timed
 as shipped (with its jit/vmap checks of the lowered primitive) and with those checks off
 (`core`: the rule, its eager lowering and finite differences; what check_grads does, plus

@@ -16,8 +16,10 @@ same ones). A program is compiled from its one trace, so nothing is traced twice
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
-from typing import Any, Callable
+import warnings
+from typing import Any, Callable, Iterator
 
 import jax
 import jax.extend
@@ -229,10 +231,12 @@ def run(body: Callable, *args: Any) -> Any:
                 _TRACES.move_to_end(trace_key)
                 stats["reused trace"] += 1
         if hit is not None:
-            program, snapshot = hit
+            program, snapshot, warned = hit
+            replay_warnings(warned)
             return _rebuild(snapshot, program(*dynamic))
     traced = _Traced(body, leaves, treedef, where)
-    stage = jax.jit(traced).trace(*dynamic)
+    with recording_warnings() as warned:
+        stage = jax.jit(traced).trace(*dynamic)
     closed = stage.jaxpr
     key = (program_key(closed.jaxpr), _values_key(closed.consts))
     with _PROGRAMS_LOCK:
@@ -252,20 +256,40 @@ def run(body: Callable, *args: Any) -> Any:
     snapshot = (traced.out_tree, traced.is_traced, traced.kept)
     if trace_key is not None:
         with _PROGRAMS_LOCK:
-            _TRACES[trace_key] = (program, snapshot)
+            _TRACES[trace_key] = (program, snapshot, warned)
             while len(_TRACES) > _KEPT:
                 _TRACES.popitem(last=False)
     return _rebuild(snapshot, program(*dynamic))
 
 
-_TRACES: collections.OrderedDict = collections.OrderedDict()  # trace key -> (program, output snapshot)
+_TRACES: collections.OrderedDict = collections.OrderedDict()  # trace key -> (program, output snapshot, warnings)
+
+
+@contextlib.contextmanager
+def recording_warnings() -> Iterator[list]:
+    """Warnings raised while tracing, recorded and then raised again (as they were, through
+    the filters in force), so that a reuse of the trace can raise them too: a rule that warns
+    when traced warns on every check, reused or not (`pytest.warns` sees it either way).
+    Printing while traced happens on the first check only, as with `jax.jit`."""
+    caught: list = []
+    try:
+        with warnings.catch_warnings(record=True) as recorded:
+            yield caught
+            caught += recorded
+    finally:
+        replay_warnings(caught if caught else recorded)
+
+
+def replay_warnings(caught: list) -> None:
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 
 
 def _trace_key(body: Callable, leaves: list, treedef: Any, where: list[int], dynamic: list) -> Any:
     """What `run` keys a reusable trace on: the fingerprint of `body` and the fixed leaves,
     the tree, and each array's shape, dtype, weak type and placement. None: not reusable."""
     fixed = set(where)
-    token = fingerprint(body, [leaf for k, leaf in enumerate(leaves) if k not in fixed])
+    token = fingerprint(body, [leaf for k, leaf in enumerate(leaves) if k not in fixed], treedef)
     if token is None:
         return None
     avals = tuple((type(a) is np.ndarray, np.shape(a), str(a.dtype), getattr(a, "weak_type", False),
@@ -279,7 +303,8 @@ def _trace_key(body: Callable, leaves: list, treedef: Any, where: list[int], dyn
 
 
 def _rebuild(snapshot: tuple, values: list) -> Any:
-    """A traced body's result from its program's outputs (`_Traced.rebuild`, from a snapshot)."""
+    """A traced body's result from its program's outputs: the traced leaves from `values`,
+    the others (Python values the trace made) as the trace left them."""
     out_tree, is_traced, kept = snapshot
     it = iter(values)
     leaves = [next(it) if t else leaf for leaf, t in zip(kept, is_traced)]

@@ -77,7 +77,7 @@ _LIBRARIES = frozenset(
     "jax jaxlib numpy scipy rules zygote_jax chex optax ml_dtypes opt_einsum builtins math cmath "
     "functools operator itertools collections typing abc enum dataclasses numbers types "
     "contextlib weakref copy inspect warnings threading re string _collections _functools "
-    "_operator _abc".split()
+    "_operator _abc sys os posixpath ntpath importlib time".split()
 )
 _BUDGET = 4000  # objects walked per fingerprint, at most
 _ARRAY_BYTES = 1 << 16  # NumPy arrays up to this size are keyed by value
@@ -167,7 +167,42 @@ def _code_info(code: types.CodeType) -> tuple:
 # Names by which code reads a namespace without naming what it reads: such code's globals are
 # walked whole.
 _DYNAMIC = frozenset(("globals", "vars", "eval", "exec", "locals", "__dict__"))
+_IMPORTS = frozenset(("__import__", "import_module"))
+_C_DESCRIPTORS = (types.WrapperDescriptorType, types.MethodDescriptorType, types.MethodWrapperType,
+                  types.ClassMethodDescriptorType, types.GetSetDescriptorType, types.MemberDescriptorType)
 _BUILTIN_VALUES = (range, slice, fractions.Fraction, decimal.Decimal, pathlib.PurePath)
+
+
+def _is_library_module(module: types.ModuleType) -> bool:
+    """A library's module, a built-in one, or one whose file is library code (the standard
+    library's `subprocess`, read through a test module)."""
+    if _is_library(module.__name__):
+        return True
+    file = getattr(module, "__file__", None)
+    if isinstance(file, str):
+        return _is_library_file(file)
+    origin = getattr(getattr(module, "__spec__", None), "origin", None)  # a module made at run time has none
+    return module.__name__ in sys.builtin_module_names or origin in ("built-in", "frozen")
+
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made at run time, not a static type of C
+
+
+def _is_library_class(cls: type) -> bool:
+    """A class of a library: its `__module__` is a library's and names it there (one made by
+    `dataclasses.make_dataclass` or `types.new_class` says "types" but is not in it)."""
+    if not getattr(cls, "__flags__", _HEAPTYPE) & _HEAPTYPE:  # a static type of C: fixed
+        return True
+    module = getattr(cls, "__module__", None)
+    if not isinstance(module, str) or not _is_library(module):
+        return False
+    found: Any = sys.modules.get(module)
+    for part in getattr(cls, "__qualname__", "<none>").split("."):
+        space = getattr(found, "__dict__", None)
+        found = space.get(part) if isinstance(space, (dict, types.MappingProxyType)) else None
+        if found is None:
+            return False
+    return found is cls
 
 
 class _Walker:
@@ -209,16 +244,20 @@ class _Walker:
             return ("ndarray", obj.dtype.str, obj.shape, obj.tobytes())
         if isinstance(obj, np.generic):
             return ("np.generic", obj.dtype.str, np.asarray(obj).tobytes())
-        if isinstance(obj, (np.dtype, jax.tree_util.PyTreeDef)):
+        if isinstance(obj, np.dtype):
+            return ("dtype", obj)
+        if isinstance(obj, jax.tree_util.PyTreeDef):
             try:
                 hash(obj)
             except TypeError:  # a tree whose node data cannot be hashed
                 raise _Uncacheable("an unhashable tree") from None
-            return ("value", obj)
+            return ("tree", obj, self._node_classes(obj))
         if t in _BUILTIN_VALUES or isinstance(obj, _BUILTIN_VALUES):  # immutable values
             return ("value", t, repr(obj))
         if t is object or isinstance(obj, jax.Device):  # a sentinel, a device: no state of their own
             return ("identity", _Id(obj))
+        if isinstance(obj, _C_DESCRIPTORS):  # a C method or slot of a class: fixed
+            return ("descriptor", _Id(obj))
         if isinstance(obj, types.FunctionType):
             return self._function(obj)
         if isinstance(obj, types.ModuleType):
@@ -252,6 +291,19 @@ class _Walker:
             return ("jit", _Id(obj), self.key(obj.__wrapped__), self._rules(obj))
         return self._instance(obj, t)
 
+    def _node_classes(self, treedef: Any) -> tuple:
+        """The user classes among a tree's nodes, walked: a pytree class's methods and class
+        attributes (an argument's `p.method()`) are code the check runs, which the tree's
+        equality keys by identity only."""
+        out, stack = [], [treedef]
+        while stack:
+            node = stack.pop()
+            data = node.node_data()
+            if data is not None and not _is_library_class(data[0]):
+                out.append(self.key(data[0]))
+            stack.extend(node.children())
+        return tuple(out)
+
     def _rules(self, f: Any) -> Any:
         """The rules registered for `f` (both tables), walked: a rule's helper can change too."""
         try:
@@ -274,6 +326,8 @@ class _Walker:
         if attributes:
             parts.append(self.key(attributes))
         g = fn.__globals__
+        if names & _IMPORTS:  # imports a module named by a string: what it reads is unknown
+            raise _Uncacheable("a module imported by name")
         if names & _DYNAMIC:  # reads globals it does not name
             reads = self._namespace(g)
         else:
@@ -283,7 +337,30 @@ class _Walker:
                              if name not in g and name in sys.modules)
             if imported:
                 reads += imported
-        return ("function", _Id(fn), *parts, reads)
+        # what the code reads from a library's modules (`jnp.sin`, `jax.scipy.stats.norm.cdf`)
+        modules = [g.get(n, sys.modules.get(n)) for n in sorted(names)]
+        libs = tuple(self._library_reads(m, names) for m in modules
+                     if isinstance(m, types.ModuleType) and _is_library_module(m))
+        return ("function", _Id(fn), *parts, reads, libs)
+
+    def _library_reads(self, module: types.ModuleType, names: frozenset, depth: int = 0) -> tuple:
+        """The attributes of a library module that code names: functions and classes by
+        identity (a monkeypatched one is another object), modules the same way one level
+        down, other values by value. The watched modules (`_modules_state`) see only some."""
+        space = vars(module)
+        out: list = [module.__name__]
+        for name in sorted(n for n in names if n in space):
+            value = space[name]
+            if isinstance(value, types.ModuleType):
+                if depth < 4 and _is_library_module(value):
+                    out.append((name, self._library_reads(value, names, depth + 1)))
+                else:
+                    out.append((name, self.key(value)))
+            elif callable(value):
+                out.append((name, _Id(value)))
+            else:
+                out.append((name, self.key(value)))
+        return tuple(out)
 
     def _cell(self, cell: Any) -> Any:
         try:
@@ -298,16 +375,16 @@ class _Walker:
                      if not (k.startswith("__") and k.endswith("__")) or k == "__getattr__")
 
     def _module(self, module: types.ModuleType) -> Any:
-        if _is_library(module.__name__):
+        if _is_library_module(module):
             return ("module", module.__name__)
         return ("module", _Id(module), self._namespace(vars(module)))
 
     def _class(self, cls: type) -> Any:
-        if _is_library(cls.__module__):
+        if _is_library_class(cls):
             return ("class", _Id(cls))
         parts: list = [self.key(type(cls))]  # the metaclass: its `__getattr__` may read globals
         for c in cls.__mro__:
-            if _is_library(c.__module__):
+            if _is_library_class(c):
                 parts.append(_Id(c))
                 continue
             for name, value in vars(c).items():
@@ -322,13 +399,14 @@ class _Walker:
 
     def _instance(self, obj: Any, t: type) -> Any:
         hook = getattr(t, "__rules_fingerprint__", None)
-        if hook is not None and _is_library(t.__module__):  # what it reads, as the class tells
+        if hook is not None and _is_library_class(t):  # what it reads, as the class tells
             return ("hook", _Id(t), self.key(hook(obj)))
         parts: list = [self._class(t)]
         if isinstance(obj, (tuple, list, collections.deque)):
             parts.append(tuple(self.key(o) for o in obj))
         elif isinstance(obj, dict):
             parts.append(tuple((self.key(k), self.key(v)) for k, v in obj.items()))
+            parts.append(self.key(getattr(obj, "default_factory", None)))  # a defaultdict's
         elif isinstance(obj, (set, frozenset)):
             parts.append(frozenset(self.key(o) for o in obj))
         elif isinstance(obj, (int, float, complex, str, bytes)):  # a subclass of a number or a string

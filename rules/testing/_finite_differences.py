@@ -31,7 +31,7 @@ import jax.extend
 import jax.numpy as jnp
 import numpy as np
 
-from ._compiled import jit, program_key
+from ._compiled import jit, program_key, recording_warnings, replay_warnings
 from ._compare import host_dot
 from ._fingerprint import fingerprint
 
@@ -823,7 +823,7 @@ class _Program:
 _PROGRAMS: collections.OrderedDict = collections.OrderedDict()
 _PROGRAMS_KEPT = 16
 # Traces of recent `_Flat`s, for reuse: fingerprint of (f, layout of args) -> (program, constants,
-# output size, output layout).
+# output size, output layout, warnings raised while tracing).
 _TRACES: collections.OrderedDict = collections.OrderedDict()
 _PROGRAMS_LOCK = threading.Lock()
 
@@ -874,7 +874,8 @@ class _Flat:
             return self._program  # type: ignore[return-value]
         if self._program is None:
             try:
-                closed, shape = jax.make_jaxpr(self._call, return_shape=True)(self.x)
+                with recording_warnings() as self._warned:
+                    closed, shape = jax.make_jaxpr(self._call, return_shape=True)(self.x)
             except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError) as err:
                 raise TypeError(
                     f"`{self.name}`: f cannot be traced by JAX, and finite differences evaluate it "
@@ -886,7 +887,7 @@ class _Flat:
             self._program = _program(self.owner, closed.jaxpr)
             if self._key is not None:
                 with _PROGRAMS_LOCK:
-                    _TRACES[self._key] = (self._program, self._consts, self._out_size, self._out)
+                    _TRACES[self._key] = (self._program, self._consts, self._out_size, self._out, self._warned)
                     while len(_TRACES) > _PROGRAMS_KEPT:
                         _TRACES.popitem(last=False)
         return self._program
@@ -903,7 +904,8 @@ class _Flat:
                 _TRACES.move_to_end(self._key)
         if hit is None:
             return False
-        self._program, self._consts, self._out_size, self._out = hit
+        self._program, self._consts, self._out_size, self._out, warned = hit
+        replay_warnings(warned)
         if self.check_output is not None:
             self.check_output(self._out)
         return True
@@ -1029,7 +1031,8 @@ class _Sampler:
         """`<w, combine(offsets, weights, step)>`, the stencil's derivative of t -> <w, f(x +
         t d)>, reduced on the device for a large batch (nothing output-sized comes back)."""
         if not self._large(len(offsets)):
-            return host_dot(np.asarray(self.w, np.float64), np.asarray(self.combine(offsets, weights, step), np.float64))
+            combined = np.asarray(self.combine(offsets, weights, step), np.float64)
+            return host_dot(np.asarray(self.w, np.float64), combined)
         diffs = jax.device_get([diff for _, _, diff, _ in self._each(offsets * step)])
         return float(_divide(np.dot(weights[1:], diffs[1:]), step))
 

@@ -1304,6 +1304,11 @@ _READS = {
             import zj_cfg_imported
             return lambda y_bar: (rules.NoTangent(), zj_cfg_imported.S * rules.unthunk(y_bar) * jnp.cos(x))
     """, lambda m, cfg: setattr(cfg, "S", 1.01)),
+    "a module imported by its name's string": ("""
+        def pullback_of(x):
+            cfg = __import__("zj_cfg_imported")
+            return lambda y_bar: (rules.NoTangent(), cfg.S * rules.unthunk(y_bar) * jnp.cos(x))
+    """, lambda m, cfg: setattr(cfg, "S", 1.01)),
     "globals()": ("""
         S = 1.0
         def pullback_of(x):
@@ -1343,6 +1348,24 @@ _READS = {
         def pullback_of(x):
             return lambda y_bar: (rules.NoTangent(), Ops.scale(rules.unthunk(y_bar) * jnp.cos(x)))
     """, lambda m, cfg: (setattr(m, "S", 1.01), jax.clear_caches())),
+    "a class made by make_dataclass": ("""
+        import dataclasses
+        Cfg = dataclasses.make_dataclass("Cfg", [], namespace={"K": 1.0})
+        def pullback_of(x):
+            return lambda y_bar: (rules.NoTangent(), Cfg.K * rules.unthunk(y_bar) * jnp.cos(x))
+    """, lambda m, cfg: setattr(m.Cfg, "K", 1.01)),
+    "a jax.scipy function read by name": ("""
+        import jax
+        def pullback_of(x):
+            return lambda y_bar: (rules.NoTangent(), rules.unthunk(y_bar) * jnp.cos(x)
+                                  * jax.scipy.stats.norm.cdf(x) / jax.scipy.special.ndtr(x))
+    """, lambda m, cfg: _patch_for_test(jax.scipy.stats.norm, "cdf", lambda v: 1.01 * jax.scipy.special.ndtr(v))),
+    "a defaultdict's factory": ("""
+        import collections
+        TABLE = collections.defaultdict(lambda: 1.0)
+        def pullback_of(x):
+            return lambda y_bar: (rules.NoTangent(), TABLE["scale"] * rules.unthunk(y_bar) * jnp.cos(x))
+    """, lambda m, cfg: (m.TABLE.clear(), setattr(m.TABLE, "default_factory", lambda: 1.01))),
     "a list subclass changed in place": ("""
         class Coefs(list):
             pass
@@ -1351,6 +1374,14 @@ _READS = {
             return lambda y_bar: (rules.NoTangent(), COEFS[0] * rules.unthunk(y_bar) * jnp.cos(x))
     """, lambda m, cfg: m.COEFS.__setitem__(0, 1.01)),
 }
+
+
+_PATCHED: list = []  # (object, name, value) to restore after a test of `_READS`
+
+
+def _patch_for_test(obj, name, value):
+    _PATCHED.append((obj, name, getattr(obj, name)))
+    setattr(obj, name, value)
 
 
 @pytest.mark.parametrize("how", list(_READS))
@@ -1378,6 +1409,42 @@ def test_a_value_read_indirectly_that_changed_is_checked_as_it_is_now(how):
             test_rrule(module.mysin, X64)
     finally:
         del sys.modules["zj_cfg_imported"]
+        while _PATCHED:
+            setattr(*_PATCHED.pop())
+
+
+def test_a_pytree_argument_whose_class_changed_is_checked_as_it_is_now():
+    """An argument of a user pytree class: its methods and class attributes are code the
+    check runs, though no function names the class (the tree keys it by identity)."""
+
+    @jax.tree_util.register_dataclass
+    @dataclasses.dataclass
+    class P:
+        x: jax.Array
+        K = 1.0
+
+    f = with_rrule("pscale", lambda p: jnp.sin(p.x),
+                   lambda y_bar, p: (NoTangent(), P(x=p.K * y_bar * jnp.cos(p.x))))
+    test_rrule(f, P(X64))
+    P.K = 1.01
+    with pytest.raises(AssertionError, match="cotangent does not match finite differences"):
+        test_rrule(f, P(X64))
+
+
+def test_a_rule_that_warns_when_traced_warns_on_every_check():
+    """A reused trace does not run the rule's Python code; the warnings its trace raised are
+    raised again, so `pytest.warns` sees them whichever test checked the rule first."""
+
+    def pullback(y_bar, x):
+        import warnings
+
+        warnings.warn("zj: this rule is approximate", UserWarning)
+        return NoTangent(), y_bar * jnp.cos(x)
+
+    f = with_rrule("warns", jnp.sin, pullback)
+    for _ in range(2):
+        with pytest.warns(UserWarning, match="zj: this rule is approximate"):
+            test_rrule(f, X64)
 
 
 def test_a_library_function_patched_restored_and_patched_again_is_seen_each_time(monkeypatch):
