@@ -475,14 +475,15 @@ def _modules_state() -> _Identities:
 class _Identities:
     """A tuple of objects compared and hashed by their identities (held)."""
 
-    __slots__ = ("values", "_hash")
+    __slots__ = ("values", "ids", "_hash")
 
     def __init__(self, values: tuple):
-        self.values, self._hash = values, hash(tuple(map(id, values)))
+        self.values = values  # held: while they live, equal ids are the same objects
+        self.ids = tuple(map(id, values))
+        self._hash = hash(self.ids)
 
     def __eq__(self, other: Any) -> bool:
-        return (isinstance(other, _Identities) and len(other.values) == len(self.values)
-                and all(a is b for a, b in zip(self.values, other.values)))
+        return isinstance(other, _Identities) and (other is self or other.ids == self.ids)
 
     def __hash__(self) -> int:
         return self._hash
