@@ -215,10 +215,12 @@ def run(body: Callable, *args: Any) -> Any:
     A repeated call whose `fingerprint` (of `body` and the fixed leaves: the code it runs and
     the values that code reads) and array shapes and dtypes are those of an earlier call
     reuses that call's trace and program: `body` does not run. Otherwise `body` runs traced,
-    and exceptions it raises propagate; the compiled program is still reused by a call that
-    traces to the same jaxpr with the same constants (arrays the body closed over or made,
-    such as the testers' seeded random tangents), which are compiled into it. The program is
-    compiled from that one trace: nothing is traced twice.
+    and exceptions it raises propagate. Where there is no fingerprint, the compiled program
+    is still reused by a call that traces to the same jaxpr with the same constants (arrays
+    the body closed over or made, such as the testers' seeded random tangents), which are
+    compiled into it; where there is one, that search is skipped (printing the jaxpr for its
+    key cost more than the compilations it found: 2 of 329 in `python -m rules check`). The
+    program is compiled from its one trace: nothing is traced twice.
     """
     leaves, treedef = jax.tree_util.tree_flatten(args)
     where = [k for k, leaf in enumerate(leaves) if _is_array(leaf)]
@@ -237,22 +239,25 @@ def run(body: Callable, *args: Any) -> Any:
     traced = _Traced(body, leaves, treedef, where)
     with recording_warnings() as warned:
         stage = jax.jit(traced).trace(*dynamic)
-    closed = stage.jaxpr
-    key = (program_key(closed.jaxpr), _values_key(closed.consts))
-    with _PROGRAMS_LOCK:
-        program = _PROGRAMS.get(key)
-        if program is not None:
-            _PROGRAMS.move_to_end(key)
-            stats["reused"] += 1
+    program = None
+    if trace_key is None:  # no fingerprint: find a compilation by the jaxpr and its constants
+        closed = stage.jaxpr
+        key = (program_key(closed.jaxpr), _values_key(closed.consts))
+        with _PROGRAMS_LOCK:
+            program = _PROGRAMS.get(key)
+            if program is not None:
+                _PROGRAMS.move_to_end(key)
+                stats["reused"] += 1
     if program is None:
         options = _quick_options() if _is_small(dynamic) else {}
         lowered = stage.lower()
         program = lowered.compile(compiler_options=options) if options else lowered.compile()
         with _PROGRAMS_LOCK:
-            _PROGRAMS[key] = program
             stats["compiled"] += 1
-            while len(_PROGRAMS) > _KEPT:
-                _PROGRAMS.popitem(last=False)
+            if trace_key is None:
+                _PROGRAMS[key] = program
+                while len(_PROGRAMS) > _KEPT:
+                    _PROGRAMS.popitem(last=False)
     snapshot = (traced.out_tree, traced.is_traced, traced.kept)
     if trace_key is not None:
         with _PROGRAMS_LOCK:

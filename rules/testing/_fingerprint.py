@@ -27,7 +27,7 @@ What is walked, and how:
   code object and closure cells, not their globals (a library is not edited while it runs;
   a reloaded one makes new objects);
 - values: numbers and strings by value, NumPy arrays by their bytes (up to `_ARRAY_BYTES`),
-  JAX arrays by identity (immutable), `jax.jit`-wrapped functions by what they wrap,
+  JAX arrays likewise (larger ones by identity: they are immutable), `jax.jit`-wrapped functions by what they wrap,
   containers and objects by their contents;
 - an object of this package with a `__rules_fingerprint__` method: what that returns (the
   testers' problem: its fixed arguments, not the ones a traced function replaces);
@@ -236,7 +236,10 @@ class _Walker:
             return (t, tuple(self.key(o) for o in obj))
         if isinstance(obj, jax.core.Tracer):
             raise _Uncacheable("a tracer")
-        if isinstance(obj, jax.Array):
+        if isinstance(obj, jax.Array):  # immutable: a small one by value, else by identity
+            if obj.nbytes <= _ARRAY_BYTES and not jax.dtypes.issubdtype(obj.dtype, jax.dtypes.prng_key):
+                host = np.asarray(obj)
+                return ("jax.Array", host.dtype.str, host.shape, host.tobytes(), getattr(obj, "weak_type", False))
             return ("jax.Array", _Id(obj))
         if isinstance(obj, np.ndarray):
             if obj.dtype == object or obj.nbytes > _ARRAY_BYTES:
@@ -467,8 +470,8 @@ def _modules_state() -> _Identities:
         _WATCHED_DICTS[:] = [count, [vars(m) for n, m in list(sys.modules.items()) if m is not None and (
             n in _WATCHED or n.partition(".")[0] in ("rules", "zygote_jax"))]]
     values: list = []
-    for d in _WATCHED_DICTS[1]:
-        values += d.values()
+    for d in _WATCHED_DICTS[1]:  # submodules left out: importing one adds it (`np.testing`)
+        values += [v for v in d.values() if type(v) is not types.ModuleType]
     return _Identities(tuple(values))
 
 

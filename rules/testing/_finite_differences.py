@@ -884,7 +884,9 @@ class _Flat:
                     "through a host callback: `rules.external(fn, result_shape_dtypes)`."
                 ) from err
             self._consts, self._out_size = list(closed.consts), shape.shape[0]
-            self._program = _program(self.owner, closed.jaxpr)
+            # With a fingerprint, the trace is reused by it: keying the jaxpr by its text (and
+            # the rules of its primitives, traced again) cost a fifth of `python -m rules check`.
+            self._program = _program(self.owner, closed.jaxpr) if self._key is None else _Program(closed.jaxpr)
             if self._key is not None:
                 with _PROGRAMS_LOCK:
                     _TRACES[self._key] = (self._program, self._consts, self._out_size, self._out, self._warned)
