@@ -1490,3 +1490,22 @@ def test_common_objects_in_a_rule_do_not_stop_its_trace_being_reused():
     fingerprint(Strict())  # an attribute lookup raising KeyError: no key, no exception
     f = with_rrule("mysin", jnp.sin, lambda y_bar, x: (NoTangent(), y_bar * jnp.cos(Strict()(x))))
     test_rrule(f, X64)
+
+
+def test_a_check_that_cannot_be_fingerprinted_reuses_a_compilation_of_the_same_jaxpr_and_constants():
+    """A rule reading a NumPy array too large to key by value has no fingerprint: every check
+    traces anew, and finds the compilation of a trace with the same jaxpr and constants; the
+    array changed in place is another constant, compiled anew, and the change is seen."""
+    from rules.testing import _compiled
+    from rules.testing._fingerprint import _ARRAY_BYTES
+
+    big = np.ones(_ARRAY_BYTES // 8 + 1)
+    f = with_rrule("mysin", jnp.sin, lambda y_bar, x: (NoTangent(), big[: x.shape[0]] * y_bar * jnp.cos(x)))
+    test_rrule(f, X64)
+    before = dict(_compiled.stats)
+    test_rrule(f, X64)
+    assert _compiled.stats["reused"] > before["reused"] and _compiled.stats["compiled"] == before["compiled"]
+    assert _compiled.stats["reused trace"] == before["reused trace"]
+    big[:] = 1.01
+    with pytest.raises(AssertionError, match="cotangent does not match finite differences"):
+        test_rrule(f, X64)
