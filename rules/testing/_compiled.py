@@ -25,6 +25,7 @@ import jax
 import jax.extend
 import numpy as np
 
+from ._fingerprint import _Id as _ByIdentity  # an object keyed by identity (held)
 from ._fingerprint import fingerprint
 
 __all__ = ["jit", "program_key", "run"]
@@ -165,21 +166,6 @@ def program_key(jaxpr: Any) -> tuple:
 
     visit(jaxpr)
     return str(jaxpr), tuple(found)
-
-
-class _ByIdentity:
-    """An object compared and hashed by identity (held, so its id is not reused)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any):
-        self.value = value
-
-    def __eq__(self, other: Any) -> bool:
-        return isinstance(other, _ByIdentity) and other.value is self.value
-
-    def __hash__(self) -> int:
-        return id(self.value)
 
 
 def _values_key(consts: list) -> tuple:

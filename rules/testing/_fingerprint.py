@@ -459,12 +459,13 @@ _WATCHED_DICTS: list = [-1, []]  # len(sys.modules) when listed, the modules' __
 
 
 def _modules_state() -> _Identities:
-    """Every attribute of the watched modules, compared by identity: the key changes when one
-    is reassigned (`monkeypatch.setattr(jnp.linalg, "svd", ...)`, a flag of this package
-    switched off, two swapped), and is the same again when it is restored. The key holds
-    the attributes, so an object replaced and freed cannot hand its id to a new one. The
-    functions of a library are keyed by their code, not their globals; this is what sees
-    their globals change. ~0.2 ms, once per tester call (`scope`)."""
+    """Every attribute of the watched modules but their submodules (importing one adds it),
+    compared by identity: the key changes when one is reassigned (`monkeypatch.setattr(
+    jnp.linalg, "svd", ...)`, a flag of this package switched off, two swapped), and is the
+    same again when it is restored. The key holds the attributes, so an object replaced and
+    freed cannot hand its id to a new one. The functions of a library are keyed by their
+    code, not their globals; this is what sees their globals change. ~0.35 ms, once per
+    tester call (`scope`)."""
     count = len(sys.modules)
     if _WATCHED_DICTS[0] != count:
         _WATCHED_DICTS[:] = [count, [vars(m) for n, m in list(sys.modules.items()) if m is not None and (
