@@ -3,9 +3,9 @@
 import pathlib
 import sys
 
-from . import api, check, checkpoint, library, lowering, testers
+from . import api, check, checkpoint, library, lowering, suite, testers
 
-SCRIPTS = [lowering, api, checkpoint, testers, check, library]
+SCRIPTS = [lowering, api, checkpoint, testers, check, library, suite]
 
 
 def main() -> int:
