@@ -5,7 +5,7 @@ workers, JAX's import, every compilation, the notebooks and the benchmarks' quic
 included), its wall time read around the subprocess and its CPU time (user + system, all
 its processes) from the operating system. Target (issue 13): <= 4 minutes on 2 cores. The
 CPU time is the steadier number on a shared machine: the wall time of the same commit moved
-between 4:20 and 5:02 within one day here. Quick mode (and `tests/test_benchmarks.py`, which runs
+between 4:20 and 5:06 within one day here. Quick mode (and `tests/test_benchmarks.py`, which runs
 it) does not run the suite, which would run itself.
 """
 
