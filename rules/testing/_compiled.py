@@ -187,9 +187,29 @@ def _values_key(consts: list) -> tuple:
     return tuple(out)
 
 
-_KEPT = 128  # compiled programs kept, least recently used dropped first
-_PROGRAMS: collections.OrderedDict = collections.OrderedDict()
-_PROGRAMS_LOCK = threading.Lock()
+class Kept:
+    """At most `size` entries, the least recently used dropped first; safe across threads."""
+
+    def __init__(self, size: int):
+        self.size, self._lock = size, threading.Lock()
+        self._entries: collections.OrderedDict = collections.OrderedDict()
+
+    def get(self, key: Any) -> Any:
+        with self._lock:
+            value = self._entries.get(key)
+            if value is not None:
+                self._entries.move_to_end(key)
+            return value
+
+    def put(self, key: Any, value: Any) -> None:
+        with self._lock:
+            self._entries[key] = value
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
+
+_PROGRAMS = Kept(128)  # (program_key, values of the constants) -> compiled program
+_TRACES = Kept(128)  # trace key -> (program, output snapshot, warnings raised while tracing)
 # programs compiled, runs that reused one, and runs that reused a trace (for tests)
 stats = {"compiled": 0, "reused": 0, "reused trace": 0}
 
@@ -212,48 +232,32 @@ def run(body: Callable, *args: Any) -> Any:
     where = [k for k, leaf in enumerate(leaves) if _is_array(leaf)]
     dynamic = [leaves[k] for k in where]
     trace_key = _trace_key(body, leaves, treedef, where, dynamic)
-    if trace_key is not None:
-        with _PROGRAMS_LOCK:
-            hit = _TRACES.get(trace_key)
-            if hit is not None:
-                _TRACES.move_to_end(trace_key)
-                stats["reused trace"] += 1
-        if hit is not None:
-            program, snapshot, warned = hit
-            replay_warnings(warned)
-            return _rebuild(snapshot, program(*dynamic))
+    hit = None if trace_key is None else _TRACES.get(trace_key)
+    if hit is not None:
+        stats["reused trace"] += 1
+        program, snapshot, warned = hit
+        replay_warnings(warned)
+        return _rebuild(snapshot, program(*dynamic))
     traced = _Traced(body, leaves, treedef, where)
     with recording_warnings() as warned:
         stage = jax.jit(traced).trace(*dynamic)
     program = None
     if trace_key is None:  # no fingerprint: find a compilation by the jaxpr and its constants
-        closed = stage.jaxpr
-        key = (program_key(closed.jaxpr), _values_key(closed.consts))
-        with _PROGRAMS_LOCK:
-            program = _PROGRAMS.get(key)
-            if program is not None:
-                _PROGRAMS.move_to_end(key)
-                stats["reused"] += 1
+        key = (program_key(stage.jaxpr.jaxpr), _values_key(stage.jaxpr.consts))
+        program = _PROGRAMS.get(key)
+        if program is not None:
+            stats["reused"] += 1
     if program is None:
         options = _quick_options() if _is_small(dynamic) else {}
         lowered = stage.lower()
         program = lowered.compile(compiler_options=options) if options else lowered.compile()
-        with _PROGRAMS_LOCK:
-            stats["compiled"] += 1
-            if trace_key is None:
-                _PROGRAMS[key] = program
-                while len(_PROGRAMS) > _KEPT:
-                    _PROGRAMS.popitem(last=False)
+        stats["compiled"] += 1
+        if trace_key is None:
+            _PROGRAMS.put(key, program)
     snapshot = (traced.out_tree, traced.is_traced, traced.kept)
     if trace_key is not None:
-        with _PROGRAMS_LOCK:
-            _TRACES[trace_key] = (program, snapshot, warned)
-            while len(_TRACES) > _KEPT:
-                _TRACES.popitem(last=False)
+        _TRACES.put(trace_key, (program, snapshot, warned))
     return _rebuild(snapshot, program(*dynamic))
-
-
-_TRACES: collections.OrderedDict = collections.OrderedDict()  # trace key -> (program, output snapshot, warnings)
 
 
 @contextlib.contextmanager
@@ -262,13 +266,12 @@ def recording_warnings() -> Iterator[list]:
     the filters in force), so that a reuse of the trace can raise them too: a rule that warns
     when traced warns on every check, reused or not (`pytest.warns` sees it either way).
     Printing while traced happens on the first check only, as with `jax.jit`."""
-    caught: list = []
+    recorded: list = []
     try:
         with warnings.catch_warnings(record=True) as recorded:
-            yield caught
-            caught += recorded
+            yield recorded
     finally:
-        replay_warnings(caught if caught else recorded)
+        replay_warnings(recorded)
 
 
 def replay_warnings(caught: list) -> None:
@@ -277,7 +280,7 @@ def replay_warnings(caught: list) -> None:
 
 
 def _trace_key(body: Callable, leaves: list, treedef: Any, where: list[int], dynamic: list) -> Any:
-    """What `run` keys a reusable trace on: the fingerprint of `body` and the fixed leaves,
+    """What `run` keys a reusable trace on: the fingerprint of `body`, the fixed leaves and
     the tree, and each array's shape, dtype, weak type and placement. None: not reusable."""
     fixed = set(where)
     token = fingerprint(body, [leaf for k, leaf in enumerate(leaves) if k not in fixed], treedef)
@@ -285,12 +288,7 @@ def _trace_key(body: Callable, leaves: list, treedef: Any, where: list[int], dyn
         return None
     avals = tuple((type(a) is np.ndarray, np.shape(a), str(a.dtype), getattr(a, "weak_type", False),
                    getattr(a, "sharding", None)) for a in dynamic)
-    key = (token, treedef, avals)
-    try:
-        hash(key)
-    except TypeError:  # a tree whose node data cannot be hashed
-        return None
-    return key
+    return token, avals
 
 
 def _rebuild(snapshot: tuple, values: list) -> Any:

@@ -15,13 +15,11 @@ points, one evaluation of f fewer on inputs of a million elements.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import functools
 import math
 import operator
-import threading
 import weakref
 from fractions import Fraction
 from typing import Any, Callable, NamedTuple
@@ -31,7 +29,7 @@ import jax.extend
 import jax.numpy as jnp
 import numpy as np
 
-from ._compiled import jit, program_key, recording_warnings, replay_warnings
+from ._compiled import Kept, jit, program_key, recording_warnings, replay_warnings
 from ._compare import host_dot
 from ._fingerprint import fingerprint
 
@@ -820,12 +818,10 @@ class _Program:
 # Programs of recent traces, for reuse: (owner's identity, program_key(jaxpr)) -> (weakref to the
 # owner, program). A hit needs the same live owner (the function the caller differences)
 # and a jaxpr that prints the same; constants are arguments, so their values may differ.
-_PROGRAMS: collections.OrderedDict = collections.OrderedDict()
-_PROGRAMS_KEPT = 16
+_PROGRAMS = Kept(16)
 # Traces of recent `_Flat`s, for reuse: fingerprint of (f, layout of args) -> (program, constants,
 # output size, output layout, warnings raised while tracing).
-_TRACES: collections.OrderedDict = collections.OrderedDict()
-_PROGRAMS_LOCK = threading.Lock()
+_TRACES = Kept(16)
 
 
 def _program(owner: Any, jaxpr: Any) -> _Program:
@@ -834,16 +830,12 @@ def _program(owner: Any, jaxpr: Any) -> _Program:
     except TypeError:  # not weakly referable: no reuse
         return _Program(jaxpr)
     key = (id(owner), program_key(jaxpr))
-    with _PROGRAMS_LOCK:
-        hit = _PROGRAMS.get(key)
-        if hit is not None and hit[0]() is owner:
-            _PROGRAMS.move_to_end(key)
-            return hit[1]
-        program = _Program(jaxpr)
-        _PROGRAMS[key] = (ref, program)
-        while len(_PROGRAMS) > _PROGRAMS_KEPT:
-            _PROGRAMS.popitem(last=False)
-        return program
+    hit = _PROGRAMS.get(key)
+    if hit is not None and hit[0]() is owner:
+        return hit[1]
+    program = _Program(jaxpr)
+    _PROGRAMS.put(key, (ref, program))
+    return program
 
 
 class _Flat:
@@ -870,9 +862,7 @@ class _Flat:
         return self._x_host
 
     def _trace(self) -> _Program:
-        if self._program is None and self._reuse():
-            return self._program  # type: ignore[return-value]
-        if self._program is None:
+        if self._program is None and not self._reuse():
             try:
                 with recording_warnings() as self._warned:
                     closed, shape = jax.make_jaxpr(self._call, return_shape=True)(self.x)
@@ -888,11 +878,8 @@ class _Flat:
             # the rules of its primitives, traced again) cost a fifth of `python -m rules check`.
             self._program = _program(self.owner, closed.jaxpr) if self._key is None else _Program(closed.jaxpr)
             if self._key is not None:
-                with _PROGRAMS_LOCK:
-                    _TRACES[self._key] = (self._program, self._consts, self._out_size, self._out, self._warned)
-                    while len(_TRACES) > _PROGRAMS_KEPT:
-                        _TRACES.popitem(last=False)
-        return self._program
+                _TRACES.put(self._key, (self._program, self._consts, self._out_size, self._out, self._warned))
+        return self._program  # type: ignore[return-value]
 
     def _reuse(self) -> bool:
         """Take the trace of an earlier `_Flat` of the same f (by `fingerprint`: its code and
@@ -900,10 +887,7 @@ class _Flat:
         self._key = fingerprint(self.f, self.layout.treedef, self.layout.leaves)
         if self._key is None:
             return False
-        with _PROGRAMS_LOCK:
-            hit = _TRACES.get(self._key)
-            if hit is not None:
-                _TRACES.move_to_end(self._key)
+        hit = _TRACES.get(self._key)
         if hit is None:
             return False
         self._program, self._consts, self._out_size, self._out, warned = hit

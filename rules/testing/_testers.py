@@ -857,6 +857,13 @@ def _variants_body(spec: _VariantsSpec, full, fkwargs, a0, o0, a1=None, o1=None,
     return once(a1, o1), jax.vmap(once, in_axes=(_batch_axes(a0), _batch_axes(o0)))(ab, ob)
 
 
+def _variants_runner(spec: _VariantsSpec) -> Callable:
+    """`_variants_body` for `spec`: one compiled program (`_compiled.run`) with `spec.jit`,
+    else eager."""
+    body = functools.partial(_variants_body, spec)
+    return functools.partial(run_compiled, body) if spec.jit else body
+
+
 def _variants_at(run: Callable, vmap: bool, full, fkwargs, args, other, seed: int, scale: float) -> Any:
     """`run` (a `_variants_body`) at (args, other); with vmap, at the second point `scale`
     away and batched too, the batches drawn from `seed` as `_check_variants` draws them."""
@@ -903,8 +910,7 @@ def _check_variants(tester, problem, what, other, against_rule, check_jit, check
     """
     label = f"jax.jit(jax.{what})" if check_jit else f"jax.{what}"
     spec = _VariantsSpec(what, _primitive_for(problem.f), tuple(problem.index), check_vmap, check_jit)
-    body = functools.partial(_variants_body, spec)
-    run = functools.partial(run_compiled, body) if check_jit else body
+    run = _variants_runner(spec)
     full, fkwargs, args = problem.primals, problem.fkwargs, problem.args
     if not check_vmap:
         against_rule(label, done if done is not None else run(full, fkwargs, args, other))
@@ -920,10 +926,7 @@ def _check_variants(tester, problem, what, other, against_rule, check_jit, check
             try:
                 against_rule(label, first)
             except AssertionError:  # under jit alone, or only batched? Evaluate it alone to say which
-                alone_spec = spec._replace(vmap=False)
-                alone_body = functools.partial(_variants_body, alone_spec)
-                alone = (run_compiled(alone_body, full, fkwargs, args, other) if check_jit
-                         else alone_body(full, fkwargs, args, other))
+                alone = _variants_runner(spec._replace(vmap=False))(full, fkwargs, args, other)
                 against_rule(label, alone)
                 _check_close(tester, name, "jax.vmap: batched differs from looped (batch element 0)",
                              first, alone, rtol, atol)
@@ -951,9 +954,7 @@ def _check_forward_by_transposition(tester, name, problem, y_bar_dense, y, dense
             return []
         y_dot = done[1]
     else:
-        spec = _VariantsSpec("jvp", _primitive_for(problem.f), tuple(problem.index), False, check_jit)
-        body = functools.partial(_variants_body, spec)
-        run = functools.partial(run_compiled, body) if check_jit else body
+        run = _variants_runner(_VariantsSpec("jvp", _primitive_for(problem.f), tuple(problem.index), False, check_jit))
         try:
             _, y_dot = run(problem.primals, problem.fkwargs, problem.args, problem.tangents)
         except ForwardModeError:
