@@ -13,13 +13,49 @@ The run is the same on any machine and under pytest-xdist:
   environment too, so subprocesses (notebook kernels, `python -m rules check`, benchmarks)
   inherit it; `JAX_DEFAULT_MATMUL_PRECISION=default pytest` runs the suite at the backend's
   own default.
+- XLA:CPU generates the code of fused element-wise loops with its elemental emitter
+  (`--xla_cpu_use_fusion_emitters=false` in `XLA_FLAGS`), not its newer fusion emitters,
+  which take about twice as long to compile the suite's thousands of small programs
+  (`benchmarks/suite.py`). The emitted code computes the same operations, with LLVM's usual
+  optimization (FMA contraction included): element-wise functions give the same bits as
+  with the default (`tests/test_conftest.py` compares ten of them, fused and alone, in
+  float32 and float64). Set in the environment, so subprocesses inherit it; only when this
+  jaxlib knows the flag (XLA aborts on an unknown one), which a 0.3 s subprocess asks once;
+  left alone when `XLA_FLAGS` names it already, so
+  `XLA_FLAGS=--xla_cpu_use_fusion_emitters=true pytest` runs the suite with XLA's default.
+  The testers compile their own small check programs this way anyway (`_compiled.py`).
 - pytest-benchmark, when installed (the suite does not use it), is turned off: under xdist
   it warns at start-up, and warnings are errors here.
 """
 
 import os
+import subprocess
+import sys
 
 os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
+
+_QUICK_CPU_CODEGEN = "--xla_cpu_use_fusion_emitters=false"
+_PROBE = """
+try:
+    from jaxlib import xla_client
+    xla_client.make_cpu_client()  # parses XLA_FLAGS
+except (ImportError, AttributeError):  # jaxlib moved it: JAX's own way
+    import jax
+    jax.devices("cpu")
+"""
+
+
+def _xla_accepts(flags: str) -> bool:
+    """Whether XLA starts with `flags` added to `XLA_FLAGS` (it aborts on a flag it does not
+    know: releases rename and retire them)."""
+    env = dict(os.environ, XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip(), JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, timeout=120)
+    return done.returncode == 0
+
+
+# pytest-xdist's workers inherit the controller's environment, so they do not ask again
+if _QUICK_CPU_CODEGEN.split("=")[0] not in os.environ.get("XLA_FLAGS", "") and _xla_accepts(_QUICK_CPU_CODEGEN):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_QUICK_CPU_CODEGEN}".strip()
 
 import jax  # noqa: E402
 
