@@ -45,17 +45,22 @@ except (ImportError, AttributeError):  # jaxlib moved it: JAX's own way
 """
 
 
+def _with_xla_flags(flags: str) -> str:
+    """`XLA_FLAGS` as it is, with `flags` added."""
+    return f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
+
+
 def _xla_accepts(flags: str) -> bool:
     """Whether XLA starts with `flags` added to `XLA_FLAGS` (it aborts on a flag it does not
     know: releases rename and retire them)."""
-    env = dict(os.environ, XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip(), JAX_PLATFORMS="cpu")
+    env = dict(os.environ, XLA_FLAGS=_with_xla_flags(flags), JAX_PLATFORMS="cpu")
     done = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, timeout=120)
     return done.returncode == 0
 
 
 # pytest-xdist's workers inherit the controller's environment, so they do not ask again
 if _QUICK_CPU_CODEGEN.split("=")[0] not in os.environ.get("XLA_FLAGS", "") and _xla_accepts(_QUICK_CPU_CODEGEN):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_QUICK_CPU_CODEGEN}".strip()
+    os.environ["XLA_FLAGS"] = _with_xla_flags(_QUICK_CPU_CODEGEN)
 
 import jax  # noqa: E402
 
