@@ -3,69 +3,50 @@
 `jax.custom_vjp` cannot serve forward mode, and a choice made when the primitive is called
 (frule under `jax.jvp`, rrule otherwise) is frozen into any jaxpr traced before the
 differentiation: `jax.jvp(jax.jit(f))`, `jax.linearize`, a `scan` body. Here the primitive
-is staged as a JAX primitive of ours, `rules_call`, which JAX asks, at each transformation,
-for the rule it needs:
+is staged as a JAX primitive of ours, `rules_call`, with the three rules every JAX primitive
+has had for years (`jax.interpreters.ad.primitive_jvps`, `primitive_transposes`, and a
+batching rule):
 
-* a linearization *for a VJP* (`jax.vjp`, `jax.grad`; JAX passes `is_vjp` to a primitive's
-  linearization rule): the rrule's forward pass now, and as the linear part a `rules_vjp`
-  primitive whose transpose is the pullback;
-* `jax.jvp` / `jax.jacfwd`, and `jax.linearize` (a linearization not for a VJP): the output
-  tangent is a `_Pushforward`, linear in the tangents, which evaluates the frule (or, for an
-  rrule alone, the transposed pullback) and transposes by the rrule. So reverse mode
-  through a forward-mode trace (`jax.checkpoint` differentiates by JVP and transposition)
-  still runs the rrule;
+* its JVP rule runs the rrule's forward pass and returns, as the output tangent, a
+  `_Linear` operation of the primals, the residuals and the input tangents;
+* `_Linear` is linear in the tangents. Transposed (`jax.grad`, `jax.vjp`: JAX linearizes by
+  partially evaluating the JVP rule, then transposes) it runs the pullback on the
+  residuals; evaluated (`jax.jvp`, `jax.jacfwd`, `jax.linearize`) it runs the frule, or, for
+  an rrule alone, the transposed pullback. Under `jax.jit`, XLA drops the residual work
+  that forward mode does not use;
 * `jax.vmap`: `_Batched`, the same protocol with every function vmapped;
 * evaluation and compilation: the function itself (`mlir.lower_fun`).
 
+So whichever transformation JAX applies, and whatever was traced first (a `jax.jit`, a
+`scan` body, `jax.checkpoint`, which differentiates by JVP and transposition), reverse mode
+runs the rrule and forward mode the frule. JAX's newer linearization rules
+(`primitive_linearizations`, whose contract changed in jax 0.11.1) are not used: JAX
+derives a linearization from the JVP rule itself. The JAX names come from
+`_jax_compat.DUAL`; without them the lowering falls back to `jax.custom_vjp` /
+`jax.custom_jvp` (the mode then chosen when the primitive is called; docs/design.md).
+
 The rules themselves, and every conversion between ChainRules' tangents and JAX's, stay in
-`_lowering._Lowered`; this module only routes. A primitive's linearization rule
-(`primitive_linearizations`) and fancy batching rule are JAX internals (`jax._src`), the
-same that JAX's experimental hijax primitives use: `AVAILABLE` checks for them, and without
-them the lowering falls back to `jax.custom_vjp` / `jax.custom_jvp` (the mode then chosen
-when the primitive is called; docs/design.md says what that loses). Hijax primitives
-themselves (`jax.experimental.hijax`) were measured and not used: jax.jit re-traces a
-function holding one on every call (86 us instead of 4 us for a small one, in jax 0.10.2).
+`_lowering._Lowered`; this module only routes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import os
 from typing import Any, Iterator
 
 import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
-from ._errors import ForwardModeError
+from ._errors import ForwardModeError, LoweringContractError, format_message
+from ._jax_compat import DUAL, DUAL_MISSING, ENABLED, JAX_VERSION, unmapped_aval
 
 __all__ = ["AVAILABLE", "ENABLED", "call", "forward_mode_required"]
 
-try:  # pragma: no branch - which branch runs depends on the installed JAX
-    import inspect
-
-    from jax._src import core as _core
-    from jax._src.interpreters import ad as _ad
-    from jax._src.interpreters import batching as _batching
-    from jax.extend.core import Primitive as _Primitive
-    from jax.interpreters import mlir as _mlir
-
-    AVAILABLE = (
-        tuple(int(p) for p in jax.__version__.split(".")[:2]) >= (0, 10)
-        and hasattr(_ad, "primitive_linearizations")  # JAX asks a primitive to linearize itself,
-        and "is_vjp" in inspect.signature(_ad.LinearizeTrace.__init__).parameters  # saying for what
-        and hasattr(_batching, "fancy_primitive_batchers")
-        and hasattr(_batching, "infer")
-        and hasattr(_core, "unmapped_aval")
-        and hasattr(_core, "mapped_aval")
-    )
-except (ImportError, AttributeError):  # pragma: no cover - an older or renamed JAX
-    AVAILABLE = False
-
-# `ZYGOTE_JAX_LOWERING=custom_vjp` forces the fallback (to compare, or to work around a JAX bug).
-ENABLED = AVAILABLE and os.environ.get("ZYGOTE_JAX_LOWERING", "dual") != "custom_vjp"
-_CACHE_SIZE = 512  # signatures remembered per lowering (output types, forward-mode verdicts)
+AVAILABLE = DUAL is not None  # this JAX has what the dual-mode lowering needs
+MISSING = DUAL_MISSING  # if not, why
+_CACHE_SIZE = 512  # signatures remembered per lowering (output types)
 
 # Set by `forward_mode_required`: a pushforward that cannot be evaluated raises when traced.
 _strict_forward: contextvars.ContextVar[bool] = contextvars.ContextVar("rules_strict_forward", default=False)
@@ -87,10 +68,6 @@ def forward_mode_required() -> Iterator[None]:
         _strict_forward.reset(token)
 
 
-def _is_zero(x: Any) -> bool:
-    return isinstance(x, (_Zero, SymbolicZero))
-
-
 def _tangent_aval(aval: Any) -> Any:
     return aval.to_tangent_aval()
 
@@ -108,17 +85,28 @@ class _Primal:
         self.value, self.perturbed = value, perturbed
 
 
-if AVAILABLE:
-    _Zero = _ad.Zero
+if DUAL is not None:
+    _Zero = DUAL.Zero
+
+    def _is_zero(x: Any) -> bool:
+        return isinstance(x, (_Zero, SymbolicZero))
+
+    def _linearizing(tangents: list) -> bool:
+        """Whether JAX calls the JVP rule to linearize (jax.grad, jax.vjp, jax.linearize): it
+        partially evaluates the rule with unknown tangents (looked at through vmap's tracers)."""
+        for t in tangents:
+            while type(t).__name__ == "BatchTracer":
+                t = t.val
+            if isinstance(t, DUAL.PartialEvalTracer):
+                return True
+        return False
 
     class _Hi:
-        """An operation of the dual-mode lowering, as the parameter `_prim` of `rules_call_p`.
+        """An operation of the dual-mode lowering, as the parameter `op` of `rules_call_p`.
 
-        Subclasses implement, on flat lists of arrays: `expand_flat` (evaluation), `jvp_flat`,
-        `fwd_flat` / `bwd_flat` (a linearization for a VJP and its transpose), `lin_flat` /
-        `linearized_flat` (any other linearization) and, when linear in some inputs,
-        `transpose_flat`. A zero tangent or cotangent is JAX's `Zero`; a cotangent that is
-        not there is None.
+        Subclasses implement, on flat lists of arrays: `expand_flat` (evaluation), `jvp_flat`
+        and, when linear in some inputs, `transpose_flat`. A zero tangent or cotangent is
+        JAX's `Zero`; a cotangent that is not there is None.
         """
 
         def __init__(self, in_avals, out_avals, key: tuple):
@@ -127,7 +115,7 @@ if AVAILABLE:
             self._hash = hash(self._key)
 
         def __call__(self, *args):
-            return rules_call_p.bind(*args, _prim=self)
+            return rules_call_p.bind(*args, op=self)
 
         def __hash__(self) -> int:
             return self._hash
@@ -156,7 +144,7 @@ if AVAILABLE:
 
         def __rules_program_key__(self) -> tuple:
             """What tells two of these apart beyond the printed jaxpr (rules.testing's reuse):
-            the lowering (`_RulesCall`, `_Pushforward`), its rules and the function."""
+            the lowering (`_RulesCall`, `_Linear`), its rules and the function."""
             lowered = self.lowered  # type: ignore[attr-defined]
             return (lowered, lowered.rr, lowered.fr, lowered.prim.fn)
 
@@ -178,133 +166,82 @@ if AVAILABLE:
         def expand_flat(self, args):
             return jax.tree_util.tree_leaves(self.lowered.primal(*args))
 
-        def fwd_flat(self, nzs, args):
-            y, residual = self.lowered.fwd(*[_Primal(v, p) for v, p in zip(args, nzs)])
-            return jax.tree_util.tree_leaves(y), residual
-
-        def bwd_flat(self, res, cts):
-            return _pullback(self.lowered, res, self.out_aval, cts)
-
         def jvp_flat(self, primals, tangents):
-            return list(self(*primals)), self.pushforward(primals, tangents)
-
-        def lin_flat(self, nzs, args):
-            return list(self(*args)), tuple(args)
-
-        def linearized_flat(self, res, tangents):
-            return self.pushforward(list(res), tangents)
-
-        def pushforward(self, primals, tangents) -> list:
-            """The output tangents: a `_Pushforward` of the moved inputs (zeros if none)."""
+            """The rrule's forward pass, and as the output tangents a `_Linear` of the moved inputs."""
             moved = tuple(i for i, t in enumerate(tangents) if not _is_zero(t) and _inexact(jax.typeof(t)))
-            out = [_Zero(_tangent_aval(a)) for a in self.out_aval]
+            out_dot = [_Zero(_tangent_aval(a)) for a in self.out_aval]
             diff = [i for i, a in enumerate(self.out_aval) if _inexact(a)]
             if not moved or not diff:
-                return out
-            push = _Pushforward(self.lowered, moved, self.in_avals, [_tangent_aval(self.out_aval[i]) for i in diff])
-            if self.lowered.fr is None:  # the transposed pullback: can JAX transpose it?
-                push = push.checked([*primals, *[tangents[i] for i in moved]])
-            for i, t in zip(diff, push(*primals, *[tangents[i] for i in moved])):
-                out[i] = t
-            return out
+                return list(self(*primals)), out_dot
+            y, residual = self.lowered.fwd(*[_Primal(v, i in moved) for i, v in enumerate(primals)])
+            res_leaves, res_tree = jax.tree_util.tree_flatten(residual)
+            lin = _Linear(self, moved, res_tree, [jax.typeof(r) for r in res_leaves])
+            args = [*primals, *res_leaves, *[tangents[i] for i in moved]]
+            if self.lowered.fr is None and _strict_forward.get() and not _linearizing(tangents):
+                jax.eval_shape(lambda *a: tuple(lin.expand_flat(list(a))), *args)  # raises ForwardModeError
+            for i, t in zip(diff, lin(*args)):
+                out_dot[i] = t
+            return jax.tree_util.tree_leaves(y), out_dot
 
-    class _Pushforward(_Hi):
-        """The output tangents of a `_RulesCall`: linear in the tangents of the `moved` inputs.
+    class _Linear(_Hi):
+        """The output tangents of a `_RulesCall`, linear in the tangents of the `moved` inputs.
 
-        Evaluated, it runs the frule (or transposes the pullback); transposed, the rrule.
-        Inputs: the primitive's inputs, then the tangents of the moved ones.
+        Inputs: the primitive's inputs, the residuals of its rrule's forward pass, then the
+        tangents of the moved inputs. Transposed, it runs the pullback on the residuals;
+        evaluated, the frule (or, for an rrule alone, the transposed pullback).
         """
 
-        def __init__(self, lowered, moved, primal_avals, out_avals, failure=None):
-            self.lowered, self.moved, self.n = lowered, tuple(moved), len(primal_avals)
-            self.failure = failure  # why it cannot be evaluated (a ForwardModeError), or None
-            tangent_avals = [_tangent_aval(primal_avals[i]) for i in moved]
-            super().__init__((*primal_avals, *tangent_avals), out_avals, (lowered, self.moved, failure))
-
-        def checked(self, args: list) -> "_Pushforward":
-            """This pushforward, or, if JAX cannot transpose the pullback, one that raises
-            when evaluated (and at once under `forward_mode_required`). Cached per signature."""
-            key = (self.moved, self.in_avals)
-            known = self.lowered.hi_forward.get(key, False)
-            if known is False:
-                try:
-                    jax.eval_shape(lambda *a: tuple(self.expand_flat(list(a))), *args)
-                    known = None
-                except ForwardModeError as err:
-                    known = err
-                if len(self.lowered.hi_forward) >= _CACHE_SIZE:
-                    self.lowered.hi_forward.clear()
-                self.lowered.hi_forward[key] = known
-            if known is None:
-                return self
-            if _strict_forward.get():
-                raise ForwardModeError(str(known)) from None
-            return _Pushforward(self.lowered, self.moved, self.in_avals[: self.n], self.out_aval, failure=known)
+        def __init__(self, call, moved, res_tree, res_avals):
+            self.call, self.lowered, self.moved, self.res_tree = call, call.lowered, tuple(moved), res_tree
+            self.n, self.n_res = len(call.in_avals), len(res_avals)
+            tangent_avals = [_tangent_aval(call.in_avals[i]) for i in moved]
+            out_avals = [_tangent_aval(a) for a in call.out_aval if _inexact(a)]
+            super().__init__((*call.in_avals, *res_avals, *tangent_avals), out_avals, (call, self.moved, res_tree))
 
         def label(self) -> str:
             return f"pushforward of {self.lowered.name}"
 
-        def _tangents(self, ts) -> list:
-            tangents: list[Any] = [SymbolicZero(_tangent_aval(a)) for a in self.in_avals[: self.n]]
-            for i, t in zip(self.moved, ts):
-                tangents[i] = t
-            return tangents
+        def _split(self, args) -> tuple[list, Any, list]:
+            res = jax.tree_util.tree_unflatten(self.res_tree, args[self.n : self.n + self.n_res])
+            return list(args[: self.n]), res, list(args[self.n + self.n_res :])
 
         def expand_flat(self, args):
-            if self.failure is not None:
-                raise ForwardModeError(str(self.failure))
-            primals, ts = args[: self.n], args[self.n :]
-            rule = self.lowered.jvp if self.lowered.fr is not None else self.lowered.jvp_by_transpose
-            y, y_dot = rule(list(primals), self._tangents(ts))
+            primals, residual, ts = self._split(args)
+            if self.lowered.fr is None:
+                return self.lowered.transposed_pullback(residual, self.call.in_avals, self.call.out_aval, self.moved, ts)
+            tangents: list[Any] = [SymbolicZero(_tangent_aval(a)) for a in self.call.in_avals]
+            for i, t in zip(self.moved, ts):
+                tangents[i] = t
+            y, y_dot = self.lowered.jvp(primals, tangents)
             leaves = jax.tree_util.tree_leaves(y_dot)
             return [leaves[i] for i, leaf in enumerate(jax.tree_util.tree_leaves(y)) if _inexact(jax.typeof(leaf))]
 
         def transpose_flat(self, cts, args):
-            primals = args[: self.n]
-            if any(p is None for p in primals):  # pragma: no cover - JAX keeps primals known
+            if any(a is None for a in args[: self.n + self.n_res]):  # pragma: no cover - JAX keeps them known
                 raise NotImplementedError(f"{self!r} is linear only in its tangents")
-            perturbed = [i in self.moved for i in range(self.n)]
-            y, residual = self.lowered.fwd(*[_Primal(v, p) for v, p in zip(primals, perturbed)])
-            y_avals = [jax.typeof(leaf) for leaf in jax.tree_util.tree_leaves(y)]
-            x_bars = _pullback(self.lowered, residual, y_avals, _with_zeros(y_avals, cts))
-            return [None] * self.n + [x_bars[i] for i in self.moved]
-
-        # Derivatives of the pushforward itself (second order): JAX differentiates the rule.
-        def _as_function(self):
-            return lambda *args: tuple(self.expand_flat(list(args)))
+            _, residual, _ = self._split(args)
+            x_bars = _pullback(self.lowered, residual, self.call.out_aval, _with_zeros(self.call.out_aval, cts))
+            return [None] * (self.n + self.n_res) + [x_bars[i] for i in self.moved]
 
         def jvp_flat(self, primals, tangents):
+            """Second order (a derivative of the tangent itself): JAX differentiates the rule."""
             dense = [_instantiate(t, a) for t, a in zip(tangents, self.in_avals)]
-            out, out_dot = jax.jvp(self._as_function(), tuple(primals), tuple(dense))
+            out, out_dot = jax.jvp(lambda *a: tuple(self.expand_flat(list(a))), tuple(primals), tuple(dense))
             return list(out), list(out_dot)
-
-        def fwd_flat(self, nzs, args):
-            out, vjp_fn = jax.vjp(self._as_function(), *args)
-            return list(out), vjp_fn
-
-        def bwd_flat(self, res, cts):
-            return list(res(tuple(_instantiate(ct, a) for ct, a in zip(cts, self.out_aval))))
-
-        def lin_flat(self, nzs, args):
-            return list(self(*args)), tuple(args)
-
-        def linearized_flat(self, res, tangents):
-            dense = [_instantiate(t, a) for t, a in zip(tangents, self.in_avals)]
-            return list(jax.jvp(self._as_function(), tuple(res), tuple(dense))[1])
 
     class _Batched(_Hi):
         """`inner` under `jax.vmap`: each function of the protocol vmapped, batch axis 0.
 
-        `dims[i]` is 0 for a batched input, None otherwise; every output is batched.
-        Residuals keep the batch axes vmap gives them (`_Residuals`): one that does not
-        depend on a batched input (a weight matrix under a vmap over examples) stays as it is.
+        `dims[i]` is 0 for a batched input, None otherwise; every output is batched. An
+        input that is not batched (a weight matrix under a vmap over examples, or a residual
+        that depends only on it) stays as it is.
         """
 
         def __init__(self, inner, dims, axis_data):
             self.inner, self.dims, self.axis_data = inner, tuple(dims), axis_data
             size, mesh_axis = axis_data.size, axis_data.explicit_mesh_axis
-            in_avals = [a if d is None else _core.unmapped_aval(size, 0, a, mesh_axis) for a, d in zip(inner.in_avals, dims)]
-            out_avals = [_core.unmapped_aval(size, 0, a, mesh_axis) for a in inner.out_aval]
+            in_avals = [a if d is None else unmapped_aval(size, 0, a, mesh_axis) for a, d in zip(inner.in_avals, dims)]
+            out_avals = [unmapped_aval(size, 0, a, mesh_axis) for a in inner.out_aval]
             super().__init__(in_avals, out_avals, (inner, self.dims, axis_data))
 
         def label(self) -> str:
@@ -320,21 +257,6 @@ if AVAILABLE:
                 spmd_axis_name=ad_.spmd_name or ad_.explicit_mesh_axis,
             )
 
-        def _with_residuals(self, fn, args):
-            """`fn(*args) -> (outputs, residuals)` vmapped: outputs at axis 0, residuals where
-            vmap puts them (`batching.infer`), their axes kept beside them."""
-            (out, res), (_, axes) = self._vmap(fn, self.dims, (0, _batching.infer))(*args)
-            return out, _Residuals(res, axes)
-
-        def _unmap_zeros(self, values, avals):
-            """Zeros come out of vmap with the inner aval: give them the batched one."""
-            return [_Zero(_tangent_aval(a)) if _is_zero(v) else v for v, a in zip(values, avals)]
-
-        def _inner_tangents(self, ts, nz):
-            """Tangents for `inner`: the nonzero ones (vmapped) and zeros of its own avals."""
-            it = iter(ts)
-            return [next(it) if n else _Zero(_tangent_aval(a)) for n, a in zip(nz, self.inner.in_avals)]
-
         def _sum_unbatched(self, cts):
             return [ct if ct is None or d is not None else ct.sum(0) for ct, d in zip(cts, self.dims)]
 
@@ -346,38 +268,14 @@ if AVAILABLE:
             nz_dims = [d for d, n in zip(self.dims, nz) if n]
 
             def f(ps, ts):
-                out, out_dot = self.inner.jvp_flat(list(ps), self._inner_tangents(ts, nz))
+                it = iter(ts)
+                inner_ts = [next(it) if n else _Zero(_tangent_aval(a)) for n, a in zip(nz, self.inner.in_avals)]
+                out, out_dot = self.inner.jvp_flat(list(ps), inner_ts)
                 return list(out), list(out_dot)
 
             out, out_dot = self._vmap(f, (list(self.dims), nz_dims))(primals, [t for t, n in zip(tangents, nz) if n])
-            return out, self._unmap_zeros(out_dot, self.out_aval)
-
-        def fwd_flat(self, nzs, args):
-            return self._with_residuals(lambda *a: tuple(self.inner.fwd_flat(nzs, list(a))), args)
-
-        def bwd_flat(self, res, cts):
-            nz = [not _is_zero(ct) for ct in cts]
-
-            def f(r, gs):
-                it = iter(gs)
-                full = [next(it) if n else _Zero(_tangent_aval(a)) for n, a in zip(nz, self.inner.out_aval)]
-                return list(self.inner.bwd_flat(r, full))
-
-            got = self._vmap(f, (res.axes, 0))(res.values, [ct for ct, n in zip(cts, nz) if n])
-            return self._sum_unbatched(got)
-
-        def lin_flat(self, nzs, args):
-            return self._with_residuals(lambda *a: tuple(self.inner.lin_flat(nzs, list(a))), args)
-
-        def linearized_flat(self, res, tangents):
-            nz = [not _is_zero(t) for t in tangents]
-            nz_dims = [d for d, n in zip(self.dims, nz) if n]
-
-            def f(r, ts):
-                return list(self.inner.linearized_flat(r, self._inner_tangents(ts, nz)))
-
-            out = self._vmap(f, (res.axes, nz_dims))(res.values, [t for t, n in zip(tangents, nz) if n])
-            return self._unmap_zeros(out, self.out_aval)
+            # zeros come out of vmap with the inner aval: give them the batched one
+            return out, [_Zero(_tangent_aval(a)) if _is_zero(t) else t for t, a in zip(out_dot, self.out_aval)]
 
         def transpose_flat(self, cts, args):
             nz = [not _is_zero(ct) for ct in cts]
@@ -393,99 +291,33 @@ if AVAILABLE:
             got = self._vmap(f, (0, known_dims))([ct for ct, n in zip(cts, nz) if n], [a for a in args if a is not None])
             return self._sum_unbatched(got)
 
-    class _Residuals:
-        """A batched operation's residuals and their batch axes (static: a pytree node's aux)."""
-
-        def __init__(self, values: Any, axes: Any):
-            self.values, self.axes = values, axes
-
-    def _flatten_residuals(r: _Residuals):
-        leaves, tree = jax.tree_util.tree_flatten(r.values)
-        axes = tuple(jax.tree_util.tree_leaves(r.axes, is_leaf=lambda a: a is None))
-        return leaves, (tree, axes)
-
-    def _unflatten_residuals(aux, leaves) -> _Residuals:
-        tree, axes = aux
-        return _Residuals(jax.tree_util.tree_unflatten(tree, leaves), jax.tree_util.tree_unflatten(tree, list(axes)))
-
-    jax.tree_util.register_pytree_node(_Residuals, _flatten_residuals, _unflatten_residuals)
-
-    # ----- the two JAX primitives -------------------------------------------------------------
+    # ----- the JAX primitive ------------------------------------------------------------------
     # `rules_call`: any `_Hi` operation, which says how to evaluate, batch, differentiate and
     # transpose it. An ordinary (not "hijax") primitive, so jax.jit caches its traces and
     # dispatches compiled programs on its fast path.
-    rules_call_p = _Primitive("rules_call")
+    rules_call_p = DUAL.Primitive("rules_call")
     rules_call_p.multiple_results = True
 
-    def _expand(*args, _prim):
-        return list(_prim.expand_flat(list(args)))
+    def _expand(*args, op):
+        return list(op.expand_flat(list(args)))
 
     rules_call_p.def_impl(_expand)
-    rules_call_p.def_abstract_eval(lambda *avals, _prim: list(_prim.out_aval))
-    _mlir.register_lowering(rules_call_p, _mlir.lower_fun(_expand, multiple_results=True))
+    rules_call_p.def_abstract_eval(lambda *avals, op: list(op.out_aval))
+    DUAL.register_lowering(rules_call_p, DUAL.lower_fun(_expand, multiple_results=True))
 
-    def _call_jvp(primals, tangents, *, _prim):
-        out, out_dot = _prim.jvp_flat(list(primals), list(tangents))
+    def _call_jvp(primals, tangents, *, op):
+        out, out_dot = op.jvp_flat(list(primals), list(tangents))
         return list(out), list(out_dot)
 
-    def _call_transpose(cts, *args, _prim):
-        return list(_prim.transpose_flat(list(cts), [None if _ad.is_undefined_primal(a) else a for a in args]))
+    def _call_transpose(cts, *args, op):
+        return list(op.transpose_flat(list(cts), [None if DUAL.is_undefined_primal(a) else a for a in args]))
 
-    def _call_batch(axis_data, args, dims, *, _prim):
-        return _prim.batch(axis_data, list(args), list(dims))
+    def _call_batch(axis_data, args, dims, *, op):
+        return op.batch(axis_data, list(args), list(dims))
 
-    def _call_linearize(is_vjp, nzs, *args, _prim):
-        """JAX linearizes; `is_vjp` says whether only to transpose the result (jax.vjp, grad)."""
-        nzs_out = [_inexact(a) for a in _prim.out_aval]
-        if is_vjp:  # the rrule: its forward pass now, its pullback as the transpose
-            out, res = _prim.fwd_flat(tuple(bool(n) for n in nzs), list(args))
-
-            def linearized(res, *tangents):
-                res_flat, res_tree = jax.tree_util.tree_flatten(res)
-                nz_in = tuple(not _is_zero(t) for t in tangents)
-                outs = iter(rules_vjp_p.bind(*res_flat, *[t for t in tangents if not _is_zero(t)],
-                                             _prim=_prim, res_tree=res_tree, nz_in=nz_in))
-                return [next(outs) if nz else _Zero(_tangent_aval(a)) for nz, a in zip(nzs_out, _prim.out_aval)]
-        else:  # a linearization to evaluate: the pushforward
-            out, res = _prim.lin_flat(tuple(bool(n) for n in nzs), list(args))
-
-            def linearized(res, *tangents):
-                got = _prim.linearized_flat(res, list(tangents))
-                return [_instantiate(t, a) if nz else _Zero(_tangent_aval(a))
-                        for t, nz, a in zip(got, nzs_out, _prim.out_aval)]
-
-        return list(out), nzs_out, res, linearized
-
-    rules_call_p_rules = (_call_jvp, _call_transpose, _call_batch, _call_linearize)
-    _ad.primitive_jvps[rules_call_p] = _call_jvp
-    _ad.primitive_transposes[rules_call_p] = _call_transpose
-    _batching.fancy_primitive_batchers[rules_call_p] = _call_batch
-    _ad.primitive_linearizations[rules_call_p] = _call_linearize
-
-    # `rules_vjp`: the linear part of a linearization for a VJP. Only ever transposed (by the
-    # pullback); JAX says so if it is evaluated, as it does for its own `custom_vjp`.
-    rules_vjp_p = _Primitive("rules_vjp")
-    rules_vjp_p.multiple_results = True
-
-    @rules_vjp_p.def_abstract_eval
-    def _vjp_abstract_eval(*avals, _prim, res_tree, nz_in):
-        return [_tangent_aval(a) for a in _prim.out_aval if _inexact(a)]
-
-    def _vjp_impl(*args, _prim, res_tree, nz_in):
-        raise ForwardModeError(
-            f"a linearization of `{_prim.label()}` made for reverse mode (jax.vjp, jax.grad) was "
-            "evaluated forwards; use jax.jvp or jax.linearize for forward mode"
-        )
-
-    rules_vjp_p.def_impl(_vjp_impl)
-
-    def _vjp_transpose(cts, *args, _prim, res_tree, nz_in):
-        n_res = res_tree.num_leaves
-        res = jax.tree_util.tree_unflatten(res_tree, args[:n_res])
-        x_bars = _prim.bwd_flat(res, _with_zeros(_prim.out_aval, cts))
-        return [None] * n_res + [ct for ct, nz in zip(x_bars, nz_in) if nz]
-
-    _ad.primitive_transposes[rules_vjp_p] = _vjp_transpose
+    DUAL.primitive_jvps[rules_call_p] = _call_jvp
+    DUAL.primitive_transposes[rules_call_p] = _call_transpose
+    DUAL.fancy_primitive_batchers[rules_call_p] = _call_batch
 
     def _with_zeros(out_avals, cts) -> list:
         """Cotangents of every output: `cts` for the inexact ones, in order, zeros for the rest."""
@@ -504,8 +336,92 @@ if AVAILABLE:
         return jnp.zeros(tangent.shape, tangent.dtype)
 
 
+# ----- the footing's check on first use -------------------------------------------------------
+_footing: list = []  # after the first call: [None] if this JAX keeps the contract, else [the error]
+
+
+def check_footing() -> None:
+    """Raise `LoweringContractError` if this JAX does not keep the contract `rules_call` is
+    built on: checked once, on the first call, by tracing a small operation (sin, with its
+    derivative by our JVP, transpose and batching rules) under jax.vjp, jax.jit(jax.grad),
+    jax.jvp, jax.linearize and jax.vmap.
+
+    A future JAX that changes the contract then fails here, naming its version and the way
+    out, rather than deep inside JAX or with a wrong number.
+    """
+    if not _footing:
+        with jax.ensure_compile_time_eval():
+            _footing.append(_footing_problem())
+    if _footing[0] is not None:
+        raise LoweringContractError(_footing[0])
+
+
+def _footing_problem() -> str | None:
+    spec = jax.ShapeDtypeStruct((2,), jnp.float32)
+    batch = jax.ShapeDtypeStruct((3, 2), jnp.float32)
+    f = lambda v: _ProbeSin((jax.typeof(v),), (jax.typeof(v),), ())(v)[0]  # noqa: E731
+    routes = {  # traced only (no compilation: this runs on every first use)
+        "jax.vjp": (lambda x, t: jax.vjp(f, x)[1](t)[0], spec),
+        "jax.jit(jax.grad)": (lambda x, t: jax.jit(jax.grad(lambda v: jnp.sum(f(v) * t)))(x), spec),
+        "jax.jvp": (lambda x, t: jax.jvp(f, (x,), (t,))[1], spec),
+        "jax.linearize": (lambda x, t: jax.linearize(f, x)[1](t), spec),
+        "jax.vmap(jax.vjp)": (jax.vmap(lambda x, t: jax.vjp(f, x)[1](t)[0]), batch),
+    }
+    for name, (route, arg) in routes.items():
+        try:
+            closed = jax.make_jaxpr(route)(arg, arg)
+            ok = [(a.shape, a.dtype) for a in closed.out_avals] == [(arg.shape, arg.dtype)] and "cos" in str(closed)
+            got = f"a derivative of another type or not by the operation's own rule under {name}: {closed}"
+        except Exception as err:  # noqa: BLE001 - any failure on JAX's side is the finding
+            ok, got = False, f"{name} raised {type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}"
+        if not ok:
+            return format_message(
+                f"the dual-mode lowering of rules does not work on jax {JAX_VERSION}: a primitive's JVP, "
+                f"transpose and batching rules no longer behave as it expects ({name})",
+                expected="JAX calling the JVP rule, the transpose rule and the batching rule of a primitive",
+                got=got[:600],
+                fix="set ZYGOTE_JAX_LOWERING=custom_vjp before importing rules (jax.custom_vjp / "
+                "jax.custom_jvp, the mode chosen when a primitive is called), or install a JAX "
+                "version that the project's CI tests (README), and report the JAX version",
+            )
+    return None
+
+
+if DUAL is not None:
+
+    class _ProbeSin(_Hi):
+        """sin as a `rules_call`: what `check_footing` differentiates."""
+
+        lowered = None
+
+        def label(self) -> str:
+            return "footing check"
+
+        def expand_flat(self, args):
+            return [jnp.sin(args[0])]
+
+        def jvp_flat(self, primals, tangents):
+            return [jnp.sin(primals[0])], list(_ProbeCos(self.in_avals * 2, self.out_aval, ())(primals[0], tangents[0]))
+
+    class _ProbeCos(_Hi):
+        """Its tangent: cos(x) * t, linear in t."""
+
+        lowered = None
+
+        def label(self) -> str:
+            return "footing check"
+
+        def expand_flat(self, args):
+            return [jnp.cos(args[0]) * args[1]]
+
+        def transpose_flat(self, cts, args):
+            return [None, jnp.cos(args[0]) * cts[0]]
+
+
 def call(lowered: Any, dyn: list) -> Any:
     """`lowered`'s primitive applied to its dynamic inputs `dyn`, as one JAX primitive."""
+    if not _footing or _footing[0] is not None:
+        check_footing()
     dyn = [v if isinstance(v, jax.Array) else jnp.asarray(v) for v in dyn]
     in_avals = tuple(jax.typeof(v) for v in dyn)
     known = lowered.hi_out_types.get(in_avals)

@@ -19,6 +19,7 @@ __all__ = [
     "NotImplementedTangentError",
     "ForwardModeError",
     "StaticArgumentError",
+    "LoweringContractError",
     "format_message",
 ]
 
@@ -117,3 +118,8 @@ class ForwardModeError(RuleError, TypeError):
 
 class StaticArgumentError(RuleError, TypeError):
     """A static (non-array) argument of a primitive cannot be used as a cache key."""
+
+
+class LoweringContractError(RuleError, RuntimeError):
+    """The installed JAX does not keep the contract the dual-mode lowering is built on (its
+    first use checks a small primitive against JAX's own derivatives)."""

@@ -58,6 +58,8 @@ from ._tangent import Tangent, children_with_names
 from ._thunks import unthunk
 from ._zeros import AbstractZero, NoTangent, ZeroTangent
 from . import _dual
+from ._jax_compat import pcast_varying as _pcast_varying
+from ._jax_compat import varying_axes as _varying_axes
 
 __all__ = ["call_lowered", "is_tracer", "bypass_in_own_rule", "conj_tree"]
 
@@ -135,21 +137,6 @@ def _zero_tangent_of(leaf: Any) -> Any:
     zero = jnp.zeros(shape, dtype)
     axes = _varying_axes(leaf)
     return _pcast_varying(zero, axes) if axes else zero
-
-
-def _varying_axes(x: Any) -> tuple:
-    """The mesh axes along which `x` varies inside `shard_map` (empty elsewhere)."""
-    aval = jax.typeof(x)
-    axes = getattr(aval, "vma", None)  # JAX 0.6 - 0.9
-    if axes is None:
-        axes = getattr(getattr(aval, "mat", None), "varying", None)  # JAX 0.10: ManualAxisType
-    return tuple(sorted(axes)) if axes else ()
-
-
-def _pcast_varying(x: Any, axes: tuple) -> Any:
-    if hasattr(jax.lax, "pcast"):  # JAX >= 0.8
-        return jax.lax.pcast(x, axes, to="varying")
-    return jax.lax.pvary(x, axes)  # pragma: no cover - JAX 0.6 - 0.7
 
 
 def _static_key(leaf: Any) -> Any:
@@ -371,7 +358,6 @@ class _Lowered:
         # dynamic inputs given by keyword: constants to the rules (checked when differentiated)
         self.keyword_inputs = [(d, flat) for d, flat in enumerate(self.dyn_index) if flat >= n_pos]
         self.hi_out_types: dict = {}  # DUAL: output avals and tree per input avals
-        self.hi_forward: dict = {}  # DUAL, rrule alone: per signature, why forward mode fails (or None)
         if mode == DUAL:
             fn = None  # called through `_dual.call`
         elif mode == VJP:
@@ -593,47 +579,47 @@ class _Lowered:
         return y, self._to_jax_tangent(y_dot, y)
 
     def jvp_by_transpose(self, primals, tangents):
-        """Forward mode from an rrule alone: the pushforward is the transpose of the pullback.
+        """Forward mode from an rrule alone (the `jax.custom_jvp` fallback): its forward pass,
+        then `transposed_pullback`."""
+        self._check_keywords_not_differentiated(tangents)
+        perturbed = [
+            self.kinds[flat] == DIFF and not isinstance(t, SymbolicZero) for flat, t in zip(self.dyn_index, tangents)
+        ]
+        y, residual = self.fwd(*[_dual._Primal(v, p) for v, p in zip(primals, perturbed)])
+        y_leaves, y_tree = jax.tree_util.tree_flatten(y)
+        moved = [d for d, p in enumerate(perturbed) if p]
+        in_avals = [jax.typeof(v) for v in primals]
+        y_dots = self.transposed_pullback(residual, in_avals, [jax.typeof(v) for v in y_leaves], moved, [tangents[d] for d in moved])
+        out = [_zero_tangent_of(leaf) for leaf in y_leaves]
+        for i, y_dot in zip(residual.out_diff, y_dots):
+            out[i] = y_dot
+        return y, jax.tree_util.tree_unflatten(y_tree, out)
+
+    def transposed_pullback(self, residual, in_avals, out_avals, moved, ts) -> list:
+        """The pushforward of an rrule alone: its pullback transposed, applied to the tangents
+        `ts` of the `moved` inputs; one tangent per differentiable output.
 
         The pullback, in JAX's convention, is linear in the output cotangent; where it is built
         from transposable operations, `jax.linear_transpose` turns it into the pushforward.
         """
-        self._check_keywords_not_differentiated(tangents)
-        args, kwargs = self.rebuild(primals)
-        with _running_rule_of(self.prim.__rules_key__), _naming(f"(raised in the rrule of `{self.name}`)"):
-            y, pullback = check_rrule_result(self.prim, self.rr(*args, **kwargs))
-        self.check_rule_primal("rrule", list(primals), y)
-        y_leaves, y_tree = jax.tree_util.tree_flatten(y)
-        out_diff = [i for i, leaf in enumerate(y_leaves) if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)]
-        perturbed = [
-            self.kinds[flat] == DIFF and not isinstance(t, SymbolicZero) for flat, t in zip(self.dyn_index, tangents)
-        ]
-        metas = [(np.shape(v), jnp.result_type(v)) for v in primals]
-        moved = [d for d, p in enumerate(perturbed) if p]
+        diff = residual.out_diff
 
         def pullback_in_jax_convention(*gs):
-            y_bar_leaves = [NoTangent()] * len(y_leaves)
-            for i, g in zip(out_diff, gs):
-                y_bar_leaves[i] = _conj(g)
-            with _naming(f"(raised in the pullback of `{self.name}`)"):
-                cotangents = pullback(jax.tree_util.tree_unflatten(y_tree, y_bar_leaves))
-            x_bars = self._to_jax_cotangents(cotangents, args, perturbed, metas)
-            return tuple(jnp.zeros(*metas[d]) if x_bars[d] is None else x_bars[d] for d in moved)
+            g: list[Any] = [SymbolicZero(a.to_tangent_aval()) for a in out_avals]
+            for i, gi in zip(diff, gs):
+                g[i] = gi
+            x_bars = self.bwd(residual, g)
+            return tuple(jnp.zeros(in_avals[d].shape, in_avals[d].dtype) if x_bars[d] is None else x_bars[d] for d in moved)
 
-        seeds = [jax.ShapeDtypeStruct(np.shape(y_leaves[i]), jnp.result_type(y_leaves[i])) for i in out_diff]
+        seeds = [jax.ShapeDtypeStruct(out_avals[i].shape, out_avals[i].dtype) for i in diff]
         try:
-            pushforward = jax.linear_transpose(pullback_in_jax_convention, *seeds)
-            y_dots = pushforward(tuple(tangents[d] for d in moved))
+            return list(jax.linear_transpose(pullback_in_jax_convention, *seeds)(tuple(ts)))
         except RuleError:
             raise
         except Exception as err:  # JAX cannot transpose it: a while_loop, a non-linear use of y_bar
             raise ForwardModeError(
                 self.forward_mode_message(f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:300]}")
             ) from err
-        out = [_zero_tangent_of(leaf) for leaf in y_leaves]
-        for i, y_dot in zip(out_diff, y_dots):
-            out[i] = y_dot
-        return y, jax.tree_util.tree_unflatten(y_tree, out)
 
     def _check_keywords_not_differentiated(self, perturbed: list) -> None:
         """A float array given by keyword is a constant to the rule: differentiating it is an error.

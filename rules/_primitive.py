@@ -10,7 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._errors import RuleDefinitionError, format_message
-from ._lowering import _pcast_varying, _Tracer, _varying_axes, bypass_in_own_rule, call_lowered
+from ._jax_compat import pcast_varying as _pcast_varying
+from ._jax_compat import varying_axes as _varying_axes
+from ._lowering import _Tracer, bypass_in_own_rule, call_lowered
 from ._registry import frule, note_wrapped, register_examples, rrule
 
 __all__ = ["Primitive", "primitive", "external", "unwrap"]

@@ -146,7 +146,7 @@ def test_eager_call_runs_the_function_directly_and_not_the_rule():
 def test_traced_call_lowers_rrule_to_one_primitive_and_frule_to_custom_jvp():
     text = str(jax.make_jaxpr(make_cube_rrule())(2.0))
     if _dual.ENABLED:  # one primitive that keeps its rules (test_dual_mode.py)
-        assert "rules_call[_prim=rulescall[" in text and "custom_vjp_call" not in text
+        assert "rules_call[op=rulescall[" in text and "custom_vjp_call" not in text
     else:
         assert "custom_vjp_call" in text
     text = str(jax.make_jaxpr(make_cube_frule())(2.0))
