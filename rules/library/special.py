@@ -90,7 +90,7 @@ def _prepare(name: str, *args: Any) -> list:
     operand with the batch axis in front of the same dimensions.
     """
     dtype = _float_dtype(name, *args)
-    return jnp.broadcast_arrays(*(jnp.asarray(a, dtype) for a in args))
+    return list(jnp.broadcast_arrays(*(jnp.asarray(a, dtype) for a in args)))  # a tuple since jax 0.11
 
 
 class _Host:

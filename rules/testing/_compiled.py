@@ -143,9 +143,8 @@ def program_key(jaxpr: Any) -> tuple:
     found: list[Any] = []
 
     def visit(value: Any) -> None:
-        if isinstance(value, jax.extend.core.ClosedJaxpr):
-            visit(value.jaxpr)
-        elif isinstance(value, jax.extend.core.Jaxpr):
+        # one class since jax 0.11 (a ClosedJaxpr's `.jaxpr` is itself there); both have `eqns`
+        if isinstance(value, (jax.extend.core.ClosedJaxpr, jax.extend.core.Jaxpr)):
             for eqn in value.eqns:
                 for param in eqn.params.values():
                     visit(param)

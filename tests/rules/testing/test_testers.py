@@ -1011,8 +1011,10 @@ def test_quick_compile_options_unknown_to_xla_are_left_out_not_fatal():
 
     kept = _compiled._accepted({"xla_backend_optimization_level": 0, "xla_no_such_option_zj": True})
     assert kept == {"xla_backend_optimization_level": 0}
-    if jax.default_backend() == "cpu":  # every option we ship is known to the XLA we test with
-        assert _compiled._quick_options() == _compiled._QUICK_OPTIONS
+    if jax.default_backend() == "cpu":  # each option kept exactly where this XLA knows it
+        quick = _compiled._quick_options()
+        assert quick == {k: v for k, v in _compiled._QUICK_OPTIONS.items() if _compiled._accepted({k: v})}
+        assert "xla_backend_optimization_level" in quick  # jaxlib 0.11.2 retired the emitter option only
 
 
 def test_a_quickly_compiled_program_computes_what_the_default_compilation_does():
