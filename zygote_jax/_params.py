@@ -147,10 +147,13 @@ def _locate(given: list, ignore: set[int]) -> list[tuple[Any, Any, Any]]:
     JAX's own containers are skipped; a holder where nothing can be swapped is an error.
     """
     wanted = {id(v): v for v in given}
-    ignore = ignore | {id(wanted)}
+    # the argument tuples of the gc calls hold what they ask about: made here (a tuple passed
+    # as *args is passed as it is) and ignored, as Python 3.12+ tracks them
+    given_args = tuple(given)
+    ignore = ignore | {id(wanted), id(given_args)}
     skipped = (types.FrameType, _Own)
-    holders = [r for r in gc.get_referrers(*given) if id(r) not in ignore and not isinstance(r, skipped)]
-    containers = [r for r in holders if isinstance(r, (list, dict, tuple))]
+    holders = [r for r in gc.get_referrers(*given_args) if id(r) not in ignore and not isinstance(r, skipped)]
+    containers = tuple(r for r in holders if isinstance(r, (list, dict, tuple)))
     ignore |= {id(holders), id(containers)}
     owners: dict[int, list] = {id(c): [] for c in containers}
     for o in gc.get_referrers(*containers) if containers else ():
