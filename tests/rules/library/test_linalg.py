@@ -77,8 +77,8 @@ def test_det_gradient_is_the_adjugate_at_singular_matrices(A):
     np.testing.assert_allclose(jax.jit(jax.grad(la.det))(A), expected, atol=1e-12)
     A_dot = np.array([[0.3, -1.0, 0.2], [0.5, 0.1, -0.7], [1.1, 0.4, 0.6]])  # forward: tr(adj(A) A_dot)
     np.testing.assert_allclose(jax.jvp(la.det, (A,), (A_dot,))[1], np.sum(expected * A_dot), atol=1e-12)
-    # JAX 0.10's own det rule (a cofactor solve) is right here too: the rules agree
-    np.testing.assert_allclose(jax.grad(jnp.linalg.det)(A), expected, atol=1e-12)
+    # (JAX's own det rule is right at these in jax 0.10; jax 0.12's gives 0 at [1, 0] of the
+    # second, where the adjugate has -2: this rule does not depend on which JAX runs it)
 
 
 def _svd_as_one_sided_jacobi(svd, nullspace):
