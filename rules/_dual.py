@@ -7,23 +7,25 @@ is staged as a JAX primitive of ours, `rules_call`, with the three rules every J
 has had for years (`jax.interpreters.ad.primitive_jvps`, `primitive_transposes`, and a
 batching rule):
 
-* its JVP rule runs the rrule's forward pass and returns, as the output tangent, a
-  `_Linear` operation of the primals, the residuals and the input tangents;
+* its JVP rule returns, as the output tangent, a `_Linear` operation of the primals, the
+  rrule's residuals and the input tangents (where JAX linearizes, and for an rrule alone,
+  the rrule's forward pass runs first; for forward mode with an frule it does not);
 * `_Linear` is linear in the tangents. Transposed (`jax.grad`, `jax.vjp`: JAX linearizes by
   partially evaluating the JVP rule, then transposes) it runs the pullback on the
   residuals; evaluated (`jax.jvp`, `jax.jacfwd`, `jax.linearize`) it runs the frule, or, for
-  an rrule alone, the transposed pullback. Under `jax.jit`, XLA drops the residual work
-  that forward mode does not use;
+  an rrule alone, the transposed pullback;
 * `jax.vmap`: `_Batched`, the same protocol with every function vmapped;
 * evaluation and compilation: the function itself (`mlir.lower_fun`).
 
 So whichever transformation JAX applies, and whatever was traced first (a `jax.jit`, a
 `scan` body, `jax.checkpoint`, which differentiates by JVP and transposition), reverse mode
-runs the rrule and forward mode the frule. JAX's newer linearization rules
-(`primitive_linearizations`, whose contract changed in jax 0.11.1) are not used: JAX
-derives a linearization from the JVP rule itself. The JAX names come from
-`_jax_compat.DUAL`; without them the lowering falls back to `jax.custom_vjp` /
-`jax.custom_jvp` (the mode then chosen when the primitive is called; docs/design.md).
+runs the rrule and forward mode the frule. Where this JAX's newer linearization rules
+(`primitive_linearizations`, whose contract changed in jax 0.11.1) have a contract that
+`_jax_compat.linearize_contract` knows, `check_footing` adds one built from the same
+`_Linear` (`_call_linearize`: eager reverse mode is ~0.15 ms faster with it); everything
+works without it. The JAX names come from `_jax_compat`; without them the lowering falls
+back to `jax.custom_vjp` / `jax.custom_jvp` (the mode then chosen when the primitive is
+called; docs/design.md).
 
 The rules themselves, and every conversion between ChainRules' tangents and JAX's, stay in
 `_lowering._Lowered`; this module only routes.
@@ -40,12 +42,20 @@ import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
 from ._errors import ForwardModeError, LoweringContractError, format_message
-from ._jax_compat import DUAL, DUAL_MISSING, ENABLED, JAX_VERSION, unmapped_aval
+from ._jax_compat import (
+    DUAL,
+    ENABLED,
+    JAX_VERSION,
+    LINEARIZATIONS,
+    fallback_linearize,
+    linearize_contract,
+    outside_partial_eval,
+    unmapped_aval,
+)
 
 __all__ = ["AVAILABLE", "ENABLED", "call", "forward_mode_required"]
 
 AVAILABLE = DUAL is not None  # this JAX has what the dual-mode lowering needs
-MISSING = DUAL_MISSING  # if not, why
 _CACHE_SIZE = 512  # signatures remembered per lowering (output types)
 
 # Set by `forward_mode_required`: a pushforward that cannot be evaluated raises when traced.
@@ -167,26 +177,62 @@ if DUAL is not None:
             return jax.tree_util.tree_leaves(self.lowered.primal(*args))
 
         def jvp_flat(self, primals, tangents):
-            """The rrule's forward pass, and as the output tangents a `_Linear` of the moved inputs."""
+            """The output tangents: a `_Linear` of the moved inputs.
+
+            Where JAX linearizes (reverse mode), and for an rrule alone, the rrule's forward
+            pass runs now and `_Linear` gets its residuals. In forward mode with an frule, it
+            does not: `_Linear` runs the frule, and only a transposition of it (`jax.checkpoint`
+            differentiates by JVP and transposition) runs the forward pass, from the primals.
+            """
             moved = tuple(i for i, t in enumerate(tangents) if not _is_zero(t) and _inexact(jax.typeof(t)))
             out_dot = [_Zero(_tangent_aval(a)) for a in self.out_aval]
             diff = [i for i, a in enumerate(self.out_aval) if _inexact(a)]
             if not moved or not diff:
                 return list(self(*primals)), out_dot
-            y, residual = self.lowered.fwd(*[_Primal(v, i in moved) for i, v in enumerate(primals)])
-            res_leaves, res_tree = jax.tree_util.tree_flatten(residual)
+            linearizing = _linearizing(tangents)
+            if linearizing or self.lowered.fr is None:
+                y_leaves, residual = _forward_pass(self.lowered, primals, moved)
+                res_leaves, res_tree = jax.tree_util.tree_flatten(residual)
+            else:
+                y_leaves, res_leaves, res_tree = list(self(*primals)), [], None
             lin = _Linear(self, moved, res_tree, [jax.typeof(r) for r in res_leaves])
             args = [*primals, *res_leaves, *[tangents[i] for i in moved]]
-            if self.lowered.fr is None and _strict_forward.get() and not _linearizing(tangents):
+            if self.lowered.fr is None and _strict_forward.get() and not linearizing:
                 jax.eval_shape(lambda *a: tuple(lin.expand_flat(list(a))), *args)  # raises ForwardModeError
             for i, t in zip(diff, lin(*args)):
                 out_dot[i] = t
-            return jax.tree_util.tree_leaves(y), out_dot
+            return y_leaves, out_dot
+
+        def linearize_flat(self, is_vjp, nzs, primals):
+            """JAX's linearization rule, where this JAX has one we know (`_call_linearize`): what
+            the JVP rule and JAX's partial evaluation of it give, built directly. `is_vjp` says
+            the result will only be transposed (jax.grad, jax.vjp)."""
+            moved = tuple(i for i, (nz, a) in enumerate(zip(nzs, self.in_avals)) if nz and _inexact(a))
+            diff = [i for i, a in enumerate(self.out_aval) if _inexact(a)]
+            zeros = [_Zero(_tangent_aval(a)) for a in self.out_aval]
+            if not moved or not diff:
+                return list(self(*primals)), [False] * len(zeros), [], lambda res, *ts: list(zeros)
+            if is_vjp or self.lowered.fr is None:
+                y, residual = self.lowered.fwd(*[_Primal(v, i in moved) for i, v in enumerate(primals)])
+                y_leaves = jax.tree_util.tree_leaves(y)
+                res_leaves, res_tree = jax.tree_util.tree_flatten(residual)
+            else:  # jax.linearize with an frule: evaluated by the frule, no forward pass
+                y_leaves, res_leaves, res_tree = list(self(*primals)), [], None
+            lin = _Linear(self, moved, res_tree, [jax.typeof(r) for r in res_leaves])
+
+            def linearized(res, *tangents):
+                outs, out_dot = iter(lin(*res, *[tangents[i] for i in moved])), list(zeros)
+                for i in diff:
+                    out_dot[i] = next(outs)
+                return out_dot
+
+            return y_leaves, [i in diff for i in range(len(zeros))], [*primals, *res_leaves], linearized
 
     class _Linear(_Hi):
         """The output tangents of a `_RulesCall`, linear in the tangents of the `moved` inputs.
 
-        Inputs: the primitive's inputs, the residuals of its rrule's forward pass, then the
+        Inputs: the primitive's inputs, the residuals of its rrule's forward pass (none if
+        `res_tree` is None: then the forward pass runs when they are needed), then the
         tangents of the moved inputs. Transposed, it runs the pullback on the residuals;
         evaluated, the frule (or, for an rrule alone, the transposed pullback).
         """
@@ -202,8 +248,11 @@ if DUAL is not None:
             return f"pushforward of {self.lowered.name}"
 
         def _split(self, args) -> tuple[list, Any, list]:
-            res = jax.tree_util.tree_unflatten(self.res_tree, args[self.n : self.n + self.n_res])
-            return list(args[: self.n]), res, list(args[self.n + self.n_res :])
+            """The primals, the residuals (None if made without) and the tangents."""
+            primals, ts = list(args[: self.n]), list(args[self.n + self.n_res :])
+            if self.res_tree is None:
+                return primals, None, ts
+            return primals, jax.tree_util.tree_unflatten(self.res_tree, args[self.n : self.n + self.n_res]), ts
 
         def expand_flat(self, args):
             primals, residual, ts = self._split(args)
@@ -219,7 +268,9 @@ if DUAL is not None:
         def transpose_flat(self, cts, args):
             if any(a is None for a in args[: self.n + self.n_res]):  # pragma: no cover - JAX keeps them known
                 raise NotImplementedError(f"{self!r} is linear only in its tangents")
-            _, residual, _ = self._split(args)
+            primals, residual, _ = self._split(args)
+            if residual is None:  # made in forward mode, transposed after all: the forward pass now
+                residual = _forward_pass(self.lowered, primals, self.moved)[1]
             x_bars = _pullback(self.lowered, residual, self.call.out_aval, _with_zeros(self.call.out_aval, cts))
             return [None] * (self.n + self.n_res) + [x_bars[i] for i in self.moved]
 
@@ -315,9 +366,31 @@ if DUAL is not None:
     def _call_batch(axis_data, args, dims, *, op):
         return op.batch(axis_data, list(args), list(dims))
 
+    def _call_linearize(is_vjp, nzs, *primals, op):
+        """JAX's linearization rule (registered by `check_footing` where `linearize_contract()`
+        knows the contract): `_RulesCall`s (and the footing check's probe) directly, the other
+        operations by JAX's own rule from the JVP rule."""
+        if not hasattr(op, "linearize_flat"):
+            return fallback_linearize(rules_call_p, is_vjp, nzs, *primals, op=op)
+        out, nzs_out, residuals, linearized = op.linearize_flat(is_vjp, nzs, list(primals))
+        if _linearize_values[0] == 4:
+            return out, nzs_out, residuals, linearized
+        return out, nzs_out, residuals, None, lambda res, _structured, *ts: linearized(res, *ts)
+
     DUAL.primitive_jvps[rules_call_p] = _call_jvp
     DUAL.primitive_transposes[rules_call_p] = _call_transpose
     DUAL.fancy_primitive_batchers[rules_call_p] = _call_batch
+
+    def _forward_pass(lowered, primals, moved) -> tuple[list, Any]:
+        """The rrule's forward pass: the output leaves and the residuals for its pullback.
+
+        Where JAX linearizes by partially evaluating the JVP rule, it runs on the trace
+        beneath (`outside_partial_eval`), as JAX runs a `jax.custom_vjp`'s forward pass: in an
+        eager `jax.grad` the rrule is plain eager code and its pullback a Python closure.
+        """
+        with outside_partial_eval(primals):
+            y, residual = lowered.fwd(*[_Primal(v, i in moved) for i, v in enumerate(primals)])
+        return jax.tree_util.tree_leaves(y), residual
 
     def _with_zeros(out_avals, cts) -> list:
         """Cotangents of every output: `cts` for the inexact ones, in order, zeros for the rest."""
@@ -338,6 +411,7 @@ if DUAL is not None:
 
 # ----- the footing's check on first use -------------------------------------------------------
 _footing: list = []  # after the first call: [None] if this JAX keeps the contract, else [the error]
+_linearize_values = [0]  # what the registered linearization rule returns: 4 or 5 values (0: none)
 
 
 def check_footing() -> None:
@@ -346,12 +420,25 @@ def check_footing() -> None:
     derivative by our JVP, transpose and batching rules) under jax.vjp, jax.jit(jax.grad),
     jax.jvp, jax.linearize and jax.vmap.
 
-    A future JAX that changes the contract then fails here, naming its version and the way
-    out, rather than deep inside JAX or with a wrong number.
+    Where `linearize_contract()` knows this JAX's linearization rules, `rules_call` gets one
+    too (eager reverse mode is faster with it) and is checked with it; if that check fails,
+    the rule is taken away again and the JVP rule serves alone, as on a JAX whose contract
+    is not known. A future JAX that breaks the JVP footing itself fails here, naming its
+    version and the way out, rather than deep inside JAX or with a wrong number.
     """
     if not _footing:
-        with jax.ensure_compile_time_eval():
-            _footing.append(_footing_problem())
+        n = linearize_contract() if LINEARIZATIONS is not None else 0
+        problem = None
+        if n:
+            _linearize_values[0] = n
+            LINEARIZATIONS[rules_call_p] = _call_linearize
+            problem = _footing_problem()
+            if problem is not None:  # a contract we do not know after all: the JVP rule alone
+                del LINEARIZATIONS[rules_call_p]
+                _linearize_values[0] = 0
+        if not n or problem is not None:
+            problem = _footing_problem()
+        _footing.append(problem)
     if _footing[0] is not None:
         raise LoweringContractError(_footing[0])
 
@@ -402,6 +489,10 @@ if DUAL is not None:
 
         def jvp_flat(self, primals, tangents):
             return [jnp.sin(primals[0])], list(_ProbeCos(self.in_avals * 2, self.out_aval, ())(primals[0], tangents[0]))
+
+        def linearize_flat(self, is_vjp, nzs, primals):
+            cos = _ProbeCos(self.in_avals * 2, self.out_aval, ())
+            return [jnp.sin(primals[0])], [True], list(primals), lambda res, t: list(cos(res[0], t))
 
     class _ProbeCos(_Hi):
         """Its tangent: cos(x) * t, linear in t."""

@@ -1,6 +1,10 @@
 """Both modes from every rule (rules/_dual.py): forward mode runs the frule, reverse mode the
 rrule, whatever JAX traced first (jit, scan, checkpoint) and also for jax.linearize.
 
+The routes run on both footings (`footing`): with the linearization rule that `rules_call`
+gets where this JAX's contract is known, and with the JVP and transpose rules alone, as on a
+JAX whose linearization contract is not.
+
 The primitives here have deliberately wrong rules that tell the routes apart: an frule 5x
 the derivative and an rrule 7x, so a test fails if any transformation takes the other rule.
 """
@@ -16,6 +20,17 @@ from rules import NoTangent, _dual
 X = jnp.array([0.5, -1.0, 2.0])
 ONES = jnp.ones(3)
 FRULE, RRULE = 5 * 3 * X**2, 7 * 3 * X**2  # what each (wrong) rule says d(x^3)/dx is
+
+@pytest.fixture(params=["linearization rule", "JVP rule alone"])
+def footing(request, monkeypatch):
+    _dual.check_footing()
+    registered = _dual.LINEARIZATIONS is not None and _dual.rules_call_p in _dual.LINEARIZATIONS
+    if request.param == "JVP rule alone" and registered:
+        monkeypatch.delitem(_dual.LINEARIZATIONS, _dual.rules_call_p)
+    elif request.param == "linearization rule":
+        assert registered, "this JAX's linearization contract is not one rules knows (rules/_jax_compat.py)"
+    return request.param
+
 
 needs_dual = pytest.mark.skipif(not _dual.ENABLED, reason="the dual-mode lowering is off: this JAX lacks its internals, or ZYGOTE_JAX_LOWERING=custom_vjp (fallback tested below)")
 
@@ -112,24 +127,24 @@ REVERSE = {
 
 @needs_dual
 @pytest.mark.parametrize("route", list(FORWARD))
-def test_forward_mode_runs_the_frule_whatever_was_traced_first(route):
+def test_forward_mode_runs_the_frule_whatever_was_traced_first(route, footing):
     np.testing.assert_allclose(FORWARD[route](make_both()), FRULE, rtol=1e-12)
 
 
 @needs_dual
 @pytest.mark.parametrize("route", list(REVERSE))
-def test_reverse_mode_runs_the_rrule_whatever_was_traced_first(route):
+def test_reverse_mode_runs_the_rrule_whatever_was_traced_first(route, footing):
     np.testing.assert_allclose(REVERSE[route](make_both()), RRULE, rtol=1e-12)
 
 
 @needs_dual
 @pytest.mark.parametrize("route", ["jvp", "jvp(jit)", "linearize", "linearize(jit)", "vmap(linearize)", "linearize(scan)"])
-def test_forward_mode_of_an_rrule_alone_transposes_its_pullback(route):
+def test_forward_mode_of_an_rrule_alone_transposes_its_pullback(route, footing):
     np.testing.assert_allclose(FORWARD[route](make_rrule_only()), RRULE, rtol=1e-12)
 
 
 @needs_dual
-def test_one_function_traced_once_serves_both_modes():
+def test_one_function_traced_once_serves_both_modes(footing):
     both, traces = make_both(), []
 
     @jax.jit
@@ -146,7 +161,7 @@ def test_one_function_traced_once_serves_both_modes():
 
 
 @needs_dual
-def test_second_order_differentiates_the_rule_that_served_first():
+def test_second_order_differentiates_the_rule_that_served_first(footing):
     both = make_both()
     # forward over reverse (jax.hessian): the pullback y_bar * 7 * 3x^2, differentiated
     np.testing.assert_allclose(jnp.diagonal(jax.hessian(lambda x: jnp.sum(both(x)))(X)), 7 * 6 * X, rtol=1e-12)
@@ -158,7 +173,7 @@ def test_second_order_differentiates_the_rule_that_served_first():
 
 
 @needs_dual
-def test_a_pullback_jax_cannot_transpose_serves_reverse_mode_and_says_why_forward_mode_fails():
+def test_a_pullback_jax_cannot_transpose_serves_reverse_mode_and_says_why_forward_mode_fails(footing):
     looped = make_looped()
     for route in ("grad", "jit(grad)", "grad(checkpoint)", "grad(scan)"):  # the transposition runs the rrule
         np.testing.assert_allclose(REVERSE[route](looped), 2 * ONES)
@@ -208,7 +223,7 @@ def test_both_modes_under_shard_map():
 
 
 @needs_dual
-def test_grad_of_vmap_keeps_an_unbatched_residual_unbatched():
+def test_grad_of_vmap_keeps_an_unbatched_residual_unbatched(footing):
     @rules.primitive
     def layer(W, x):
         return jnp.tanh(W @ x)
