@@ -147,7 +147,23 @@ def _static_key(leaf: Any) -> Any:
     """
     if isinstance(leaf, (float, complex)):
         return type(leaf), repr(leaf)
+    if type(leaf) in (tuple, list):
+        return type(leaf), tuple(map(_static_key, leaf))
     return type(leaf), leaf
+
+
+def _aux_key(treedef: Any) -> tuple:
+    """The static (aux) data of every node of `treedef`, keyed as `_static_key` keys a static
+    argument: a treedef compares its nodes' data with `==`, so a pytree with a static field
+    `0.0` and one with `-0.0` (or `1` and `True`) would share a lowering, and its rules."""
+    out, stack = [], [treedef]
+    while stack:
+        node = stack.pop()
+        data = node.node_data()
+        if data is not None and data[1] is not None:
+            out.append((data[0], _static_key(data[1])))
+        stack.extend(node.children())
+    return tuple(out)
 
 
 def _is_shard_map_only(leaves: list) -> bool:
@@ -239,7 +255,8 @@ def call_lowered(prim: Any, args: tuple, kwargs: dict, leaves: list, treedef: An
         mode = JVP if fr is not None else JVP_BY_TRANSPOSE
     else:
         mode = VJP
-    key = (rr, fr, mode, treedef, kinds, tuple(_static_key(leaf) if k == STATIC else None for leaf, k in zip(leaves, kinds)))
+    statics_key = tuple(_static_key(leaf) if k == STATIC else None for leaf, k in zip(leaves, kinds))
+    key = (rr, fr, mode, treedef, _aux_key(treedef), kinds, statics_key)
     cache = prim._lowered
     try:
         lowered = cache.get(key)

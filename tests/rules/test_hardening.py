@@ -5,10 +5,12 @@ types, rules registered where JAX never looks, a rule's primal of the wrong type
 zero, shard_map with check_vma, externals without rules, and errors raised inside rules.
 """
 
+import dataclasses
 import gc
 import math
 import threading
 import weakref
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +20,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import rules
-from rules import NoTangent, ZeroTangent
+from rules import NoTangent, Tangent, ZeroTangent
 
 X = jnp.array([0.5, -1.0, 2.0])
 
@@ -58,6 +60,38 @@ def test_static_keyword_zero_and_negative_zero_are_not_shared(maybe_jit):
 
     assert float(maybe_jit(jax.grad(lambda x: signed(x, sign=0.0)))(2.0)) == 1.0
     assert float(maybe_jit(jax.grad(lambda x: signed(x, sign=-0.0)))(2.0)) == -1.0
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class _Signed:
+    x: jax.Array
+    sign: Any = dataclasses.field(metadata=dict(static=True))  # pytree aux data
+
+
+def test_static_pytree_data_equal_in_value_but_not_in_sign_or_type_is_not_shared(maybe_jit):
+    """A pytree's static (aux) data keys the lowering as a static argument does: a treedef
+    compares it with `==`, and the lowering of `sign=0.0` used to serve `-0.0` (silently the
+    wrong sign), as that of `1` served `True`. Plain jax.custom_vjp agrees on every one."""
+
+    def value(p):
+        return math.copysign(1.0, p.sign) * (2.0 if p.sign is True else 1.0) * p.x**2
+
+    @rules.primitive
+    def f(p):
+        return value(p)
+
+    @f.rrule
+    def f_rrule(p):
+        scale = math.copysign(1.0, p.sign) * (2.0 if p.sign is True else 1.0)
+        return f(p), lambda y_bar: (NoTangent(), Tangent(_Signed, x=scale * 2 * p.x * y_bar))
+
+    plain = jax.custom_vjp(value)
+    plain.defvjp(lambda p: (value(p), p), lambda p, g: (_Signed(math.copysign(1.0, p.sign) * (2.0 if p.sign is True else 1.0) * 2 * p.x * g, p.sign),))
+    for sign in (0.0, -0.0, 1, True, -0.0, 0.0):
+        ours = float(maybe_jit(jax.grad(lambda x: f(_Signed(x, sign))))(3.0))
+        theirs = float(maybe_jit(jax.grad(lambda x: plain(_Signed(x, sign))))(3.0))
+        assert ours == theirs == math.copysign(1.0, sign) * (2.0 if sign is True else 1.0) * 6.0, sign
 
 
 # ------------------------------------------------------------------------------------------
