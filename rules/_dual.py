@@ -190,12 +190,7 @@ if DUAL is not None:
             if not moved or not diff:
                 return list(self(*primals)), out_dot
             linearizing = _linearizing(tangents)
-            if linearizing or self.lowered.fr is None:
-                y_leaves, residual = _forward_pass(self.lowered, primals, moved)
-                res_leaves, res_tree = jax.tree_util.tree_flatten(residual)
-            else:
-                y_leaves, res_leaves, res_tree = list(self(*primals)), [], None
-            lin = _Linear(self, moved, res_tree, [jax.typeof(r) for r in res_leaves])
+            y_leaves, lin, res_leaves = self._linear(primals, moved, linearizing, beneath=True)
             args = [*primals, *res_leaves, *[tangents[i] for i in moved]]
             if self.lowered.fr is None and _strict_forward.get() and not linearizing:
                 jax.eval_shape(lambda *a: tuple(lin.expand_flat(list(a))), *args)  # raises ForwardModeError
@@ -212,13 +207,8 @@ if DUAL is not None:
             zeros = [_Zero(_tangent_aval(a)) for a in self.out_aval]
             if not moved or not diff:
                 return list(self(*primals)), [False] * len(zeros), [], lambda res, *ts: list(zeros)
-            if is_vjp or self.lowered.fr is None:
-                y, residual = self.lowered.fwd(*[_Primal(v, i in moved) for i, v in enumerate(primals)])
-                y_leaves = jax.tree_util.tree_leaves(y)
-                res_leaves, res_tree = jax.tree_util.tree_flatten(residual)
-            else:  # jax.linearize with an frule: evaluated by the frule, no forward pass
-                y_leaves, res_leaves, res_tree = list(self(*primals)), [], None
-            lin = _Linear(self, moved, res_tree, [jax.typeof(r) for r in res_leaves])
+            # JAX runs a linearization rule on the trace beneath already
+            y_leaves, lin, res_leaves = self._linear(primals, moved, is_vjp, beneath=False)
 
             def linearized(res, *tangents):
                 outs, out_dot = iter(lin(*res, *[tangents[i] for i in moved])), list(zeros)
@@ -227,6 +217,20 @@ if DUAL is not None:
                 return out_dot
 
             return y_leaves, [i in diff for i in range(len(zeros))], [*primals, *res_leaves], linearized
+
+        def _linear(self, primals, moved, for_reverse: bool, beneath: bool):
+            """The output leaves, the `_Linear` of the `moved` inputs and its residual leaves.
+
+            The rrule's forward pass runs now for reverse mode and for an rrule alone (its
+            transposed pullback reuses the residuals); for forward mode with an frule it does
+            not, and `_Linear` has no residuals (a transposition of it runs the forward pass).
+            """
+            if for_reverse or self.lowered.fr is None:
+                y_leaves, residual = _forward_pass(self.lowered, primals, moved, beneath)
+                res_leaves, res_tree = jax.tree_util.tree_flatten(residual)
+            else:
+                y_leaves, res_leaves, res_tree = list(self(*primals)), [], None
+            return y_leaves, _Linear(self, moved, res_tree, [jax.typeof(r) for r in res_leaves]), res_leaves
 
     class _Linear(_Hi):
         """The output tangents of a `_RulesCall`, linear in the tangents of the `moved` inputs.
@@ -381,14 +385,14 @@ if DUAL is not None:
     DUAL.primitive_transposes[rules_call_p] = _call_transpose
     DUAL.fancy_primitive_batchers[rules_call_p] = _call_batch
 
-    def _forward_pass(lowered, primals, moved) -> tuple[list, Any]:
+    def _forward_pass(lowered, primals, moved, beneath: bool = True) -> tuple[list, Any]:
         """The rrule's forward pass: the output leaves and the residuals for its pullback.
 
-        Where JAX linearizes by partially evaluating the JVP rule, it runs on the trace
-        beneath (`outside_partial_eval`), as JAX runs a `jax.custom_vjp`'s forward pass: in an
-        eager `jax.grad` the rrule is plain eager code and its pullback a Python closure.
+        Where JAX linearizes by partially evaluating the JVP rule, it runs (`beneath`) on the
+        trace beneath (`outside_partial_eval`), as JAX runs a `jax.custom_vjp`'s forward pass:
+        in an eager `jax.grad` the rrule is plain eager code and its pullback a Python closure.
         """
-        with outside_partial_eval(primals):
+        with outside_partial_eval(primals) if beneath else contextlib.nullcontext():
             y, residual = lowered.fwd(*[_Primal(v, i in moved) for i, v in enumerate(primals)])
         return jax.tree_util.tree_leaves(y), residual
 
