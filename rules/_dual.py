@@ -152,17 +152,6 @@ if DUAL is not None:
         def label(self) -> str:
             raise NotImplementedError
 
-        def __rules_program_key__(self) -> tuple:
-            """What tells two of these apart beyond the printed jaxpr (rules.testing's reuse):
-            the lowering (`_RulesCall`, `_Linear`), its rules and the function."""
-            lowered = self.lowered  # type: ignore[attr-defined]
-            return (lowered, lowered.rr, lowered.fr, lowered.prim.fn)
-
-        def __rules_expansion__(self) -> Any:
-            """The jaxpr this stands for (its text and callables key rules.testing's reuse)."""
-            specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in self.in_avals]
-            return jax.make_jaxpr(lambda *a: self.expand_flat(list(a)))(*specs)
-
     class _RulesCall(_Hi):
         """A primitive at one signature: the function, its rrule and its frule (if any)."""
 
@@ -301,9 +290,6 @@ if DUAL is not None:
 
         def label(self) -> str:
             return f"vmap of {self.inner.label()}"
-
-        def __rules_program_key__(self) -> tuple:
-            return self.inner.__rules_program_key__()
 
         def _vmap(self, fn, in_axes, out_axes: Any = 0):
             ad_ = self.axis_data

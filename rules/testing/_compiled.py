@@ -1,64 +1,34 @@
-"""Compiled evaluations for the testers: one `jax.jit` program per check, compiled once.
+"""Compiled evaluations for the testers: the code is traced on every call, and only a
+compiled executable is reused, keyed by the whole lowered program.
 
 Evaluated eagerly, every operation of a rule compiles on its own (per shape, dtype and the
 context JAX runs it in): a linear-algebra rule and its pullback cost about a hundred small
 compilations, each as slow as one program holding all of them. The testers therefore trace
 each check (the rule and its conventions, the lowered primitive under jit and vmap) into one
-program. A repeated check reuses its trace and program while the `fingerprint` of what it
-runs is the same (the code, the values it reads, the registered rules, JAX's configuration;
-`_fingerprint`) at arguments of the same shapes and dtypes: nothing stale is checked, and a
-warm check costs a run of the program. Otherwise it traces anew, so the checks of conventions
-run, and the compilation is reused by a program that traces to the same jaxpr with the same
-constants (the testers' random tangents come from fixed seeds, so a repeated check has the
-same ones). A program is compiled from its one trace, so nothing is traced twice.
+program and compile it. Every call traces anew, so the Python of the check (the rule, its
+helpers, whatever they read: globals, files, the environment) runs every time and the code
+as it is now is what is checked. What is reused is the compilation only, looked up by the
+lowered module (`_key`): its text holds every operation and every constant, nested ones
+included, so a program that computes anything else has another key. What the text does not
+show (which Python function a host callback calls) is not reused at all. A program is
+compiled from its one trace, so nothing is traced twice.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
+import hashlib
 import threading
-import warnings
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import jax
-import jax.extend
 import numpy as np
 
-from ._fingerprint import _Id as _ByIdentity  # an object keyed by identity (held)
-from ._fingerprint import fingerprint
+from .._lowering import _aux_key
 
-__all__ = ["jit", "program_key", "run"]
+__all__ = ["jit", "run"]
 
 _ARRAYS = (jax.Array, np.ndarray, np.generic)
-
-
-def jit(fn: Callable) -> Callable:
-    """`jax.jit(fn)` for a check: on CPU, small inputs compile with `_QUICK_OPTIONS`.
-
-    A check runs each program a few times, on tiny inputs in most checks, where compiling is
-    nearly all of the cost. The quick options keep XLA's passes over the program (what it
-    computes, and in which precision) and change how the CPU code is generated: no LLVM
-    optimization of it, XLA's elemental loop emitter for fused element-wise code instead of
-    the fusion emitters, and the module generated in one piece. Compiling the library's
-    check programs takes 2.5x less time that way (`benchmarks/check.py`); a result may
-    differ from the default compilation's in the last bits of a transcendental function,
-    far below any tester's tolerance. From `_OPTIMIZED_FROM` input elements on, running the
-    code is what costs, and it is compiled as usual (the unoptimized code of an exact check
-    at 10^4 elements runs 4x slower). Other backends compile as usual. An option this XLA
-    does not know is left out (`_quick_options`).
-    """
-    optimized = jax.jit(fn)
-    options = _quick_options()
-    if not options:
-        return optimized
-    quick = jax.jit(fn, compiler_options=options)
-
-    def call(*args: Any) -> Any:
-        return (quick if _is_small(jax.tree_util.tree_leaves(args)) else optimized)(*args)
-
-    return call
-
 
 _OPTIMIZED_FROM = 4096
 
@@ -135,42 +105,27 @@ class _Traced:
         return [leaf for leaf, t in zip(out_leaves, self.is_traced) if t]
 
 
-def program_key(jaxpr: Any) -> tuple:
-    """What makes two traced programs the same: the jaxpr's text, and, by identity, the
-    Python callables in its equations' parameters (host callbacks, custom rules), which the
-    text names but does not tell apart (two different SciPy functions behind
-    `rules.external` print alike). A new callable gives a new key: compiled anew."""
-    found: list[Any] = []
+class _ByIdentity:
+    """An object as a key by its identity, held (its address cannot be reused while kept)."""
 
-    def visit(value: Any) -> None:
-        # one class since jax 0.11 (a ClosedJaxpr's `.jaxpr` is itself there); both have `eqns`
-        if isinstance(value, (jax.extend.core.ClosedJaxpr, jax.extend.core.Jaxpr)):
-            for eqn in value.eqns:
-                for param in eqn.params.values():
-                    visit(param)
-        elif isinstance(value, (tuple, list)):
-            for item in value:
-                visit(item)
-        elif hasattr(value, "__rules_program_key__"):  # a primitive with its rules (rules._dual)
-            found.extend(map(_ByIdentity, value.__rules_program_key__()))
-            try:
-                expansion = value.__rules_expansion__()
-            except Exception:  # cannot be traced alone: never reuse a program holding it
-                found.append(_ByIdentity(value))
-            else:
-                found.append(str(expansion))
-                visit(expansion)
-        elif callable(value) and not isinstance(value, type):
-            found.append(_ByIdentity(value))
+    __slots__ = ("obj",)
 
-    visit(jaxpr)
-    return str(jaxpr), tuple(found)
+    def __init__(self, obj: Any):
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _ByIdentity) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
 
 
 def _values_key(consts: list) -> tuple:
-    """The constants a program was traced with, by value: they are compiled into it. A
-    typed PRNG key counts by its key data; any other constant NumPy cannot read, by
-    identity (JAX arrays are immutable: the same object has the same values)."""
+    """The constants a trace kept beside its jaxpr, by value. JAX embeds them in the lowered
+    module today (its text shows them); were one passed to the executable instead, an
+    executable of another trace would run with that trace's values, so they key it too. A
+    typed PRNG key counts by its key data; any other constant NumPy cannot read, by identity
+    (JAX arrays are immutable: the same object has the same values)."""
     out: list = []
     for c in consts:
         dtype = getattr(c, "dtype", None)
@@ -182,8 +137,39 @@ def _values_key(consts: list) -> tuple:
         except Exception:  # noqa: BLE001 - an extended dtype NumPy has no view of
             out.append(_ByIdentity(c))
             continue
-        out.append((str(dtype if dtype is not None else a.dtype), a.shape, a.tobytes()))
+        out.append((str(dtype if dtype is not None else a.dtype), a.shape, hashlib.blake2b(a.tobytes()).digest()))
     return tuple(out)
+
+
+# Custom calls through which a compiled program calls back into Python (`jax.pure_callback`,
+# `io_callback`, `jax.debug.callback`, `rules.external`), as JAX names them on CPU and GPU, and
+# the host transfers that carry them on TPU. The lowered text names the mechanism, not which
+# Python function it calls: such a program is compiled for its own trace, never reused.
+_HOST_CALLBACK_MARKS = ("python_cpu_callback", "python_gpu_callback", "_xla_host_transfer")
+
+
+def holds_host_callback(text: str) -> bool:
+    """Whether a lowered module calls Python while it runs (a test keeps the marks current)."""
+    return any(mark in text for mark in _HOST_CALLBACK_MARKS)
+
+
+def _tree_key(treedef: Any) -> tuple:
+    """A pytree structure with its static data by type and exact value (`0.0` is not `-0.0`)."""
+    return treedef, _aux_key(treedef)
+
+
+def _key(stage: Any, lowered: Any, options: dict, placement: tuple) -> Any:
+    """What identifies a compiled program completely, or None where nothing can: a digest
+    of the lowered module's text (every operation and constant, nested jaxprs' included,
+    shapes, shardings, precision), the trace's constants by value, the argument and result
+    structures, the compiler options, the backend and the arguments' placement. None for a program that calls back
+    into Python (`holds_host_callback`)."""
+    text = lowered.as_text()
+    if holds_host_callback(text):
+        return None
+    return (hashlib.blake2b(text.encode()).digest(), _values_key(stage.jaxpr.consts),
+            _tree_key(lowered.in_tree), _tree_key(lowered.out_tree), tuple(sorted(options.items())),
+            jax.default_backend(), placement)
 
 
 class Kept:
@@ -207,87 +193,100 @@ class Kept:
                 self._entries.popitem(last=False)
 
 
-_PROGRAMS = Kept(128)  # (program_key, values of the constants) -> compiled program
-_TRACES = Kept(128)  # trace key -> (program, output snapshot, warnings raised while tracing)
-# programs compiled, runs that reused one, and runs that reused a trace (for tests)
-stats = {"compiled": 0, "reused": 0, "reused trace": 0}
+_EXECUTABLES = Kept(256)  # `_key` of a lowered program -> its compiled executable
+# programs compiled, compilations reused by a later trace of the same program, and of the
+# compiled ones those of whole checks (`run`; the others evaluate finite differences)
+stats = {"compiled": 0, "reused": 0, "checks compiled": 0}
+
+
+def compiled(stage: Any, leaves: list) -> Any:
+    """The executable of a traced program (`jax.jit(f).trace(...)`): lowered every time, and
+    compiled unless an executable of the same program (`_key`) is kept; `leaves`: the
+    arguments it was traced with. Small programs on CPU compile with `_QUICK_OPTIONS`."""
+    options = _quick_options() if _is_small(leaves) else {}
+    lowered = stage.lower()
+    key = _key(stage, lowered, options, tuple(getattr(leaf, "sharding", None) for leaf in leaves))
+    program = None if key is None else _EXECUTABLES.get(key)
+    if program is not None:
+        stats["reused"] += 1
+        return program
+    program = lowered.compile(compiler_options=options) if options else lowered.compile()
+    stats["compiled"] += 1
+    if key is not None:
+        _EXECUTABLES.put(key, program)
+    return program
+
+
+def _signature(args: tuple) -> tuple:
+    """What a `jit` call's trace depends on besides the function: the argument structure
+    and each leaf's type, shape, dtype, weak type and placement (a non-array leaf by
+    type and exact value, as `jax.jit` keys a static one)."""
+    leaves, treedef = jax.tree_util.tree_flatten(args)
+    out: list[tuple] = []
+    for leaf in leaves:
+        if isinstance(leaf, _ARRAYS):
+            out.append((type(leaf) is np.ndarray, np.shape(leaf), str(leaf.dtype), getattr(leaf, "weak_type", False),
+                        getattr(leaf, "sharding", None)))
+        else:
+            out.append((type(leaf), repr(leaf)))
+    return _tree_key(treedef), tuple(out)
+
+
+class jit:
+    """`jax.jit(fn)` for a check, with `jax.jit`'s own reuse for this one function object (a
+    trace per argument signature, kept while the object lives) and, across objects, the
+    reuse of `compiled`: a new function object that traces to the same program runs the
+    kept executable. On CPU, small inputs compile with `_QUICK_OPTIONS`.
+
+    A check runs each program a few times, on tiny inputs in most checks, where compiling is
+    nearly all of the cost. The quick options keep XLA's passes over the program (what it
+    computes, and in which precision) and change how the CPU code is generated: no LLVM
+    optimization of it, XLA's elemental loop emitter for fused element-wise code instead of
+    the fusion emitters, and the module generated in one piece. Compiling the library's
+    check programs takes 2.5x less time that way (`benchmarks/check.py`); a result may
+    differ from the default compilation's in the last bits of a transcendental function,
+    far below any tester's tolerance. From `_OPTIMIZED_FROM` input elements on, running the
+    code is what costs, and it is compiled as usual (the unoptimized code of an exact check
+    at 10^4 elements runs 4x slower). Other backends compile as usual. An option this XLA
+    does not know is left out (`_quick_options`).
+
+    Only functions whose behaviour is fixed when made may be wrapped (the finite
+    differences' evaluations of one traced jaxpr): like `jax.jit`, a second call with the
+    same signature does not run `fn` again.
+    """
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self._programs: dict = {}
+
+    def __call__(self, *args: Any) -> Any:
+        signature = _signature(args)
+        program = self._programs.get(signature)
+        if program is None:
+            stage = jax.jit(self.fn).trace(*args)
+            program = compiled(stage, jax.tree_util.tree_leaves(args))
+            self._programs[signature] = program
+        return program(*args)
 
 
 def run(body: Callable, *args: Any) -> Any:
     """`body(*args)` traced as one program of the array leaves of `args` (every other leaf
     fixed, as in a closure) and run compiled; the result is `body`'s, its arrays concrete.
 
-    A repeated call whose `fingerprint` (of `body` and the fixed leaves: the code it runs and
-    the values that code reads) and array shapes and dtypes are those of an earlier call
-    reuses that call's trace and program: `body` does not run. Otherwise `body` runs traced,
-    and exceptions it raises propagate. Where there is no fingerprint, the compiled program
-    is still reused by a call that traces to the same jaxpr with the same constants (arrays
-    the body closed over or made, such as the testers' seeded random tangents), which are
-    compiled into it; where there is one, that search is skipped (printing the jaxpr for its
-    key cost more than the compilations it found: 2 of 329 in `python -m rules check`). The
-    program is compiled from its one trace: nothing is traced twice.
+    `body` runs, traced, on every call (exceptions it raises propagate); the compilation is
+    reused where an earlier call traced to the same program (`compiled`), with the same
+    constants: arrays the body closed over or made, such as the testers' seeded random
+    tangents, are compiled into it.
     """
     leaves, treedef = jax.tree_util.tree_flatten(args)
     where = [k for k, leaf in enumerate(leaves) if _is_array(leaf)]
     dynamic = [leaves[k] for k in where]
-    trace_key = _trace_key(body, leaves, treedef, where, dynamic)
-    hit = None if trace_key is None else _TRACES.get(trace_key)
-    if hit is not None:
-        stats["reused trace"] += 1
-        program, snapshot, warned = hit
-        replay_warnings(warned)
-        return _rebuild(snapshot, program(*dynamic))
     traced = _Traced(body, leaves, treedef, where)
-    with recording_warnings() as warned:
-        stage = jax.jit(traced).trace(*dynamic)
-    program = None
-    if trace_key is None:  # no fingerprint: find a compilation by the jaxpr and its constants
-        key = (program_key(stage.jaxpr.jaxpr), _values_key(stage.jaxpr.consts))
-        program = _PROGRAMS.get(key)
-        if program is not None:
-            stats["reused"] += 1
-    if program is None:
-        options = _quick_options() if _is_small(dynamic) else {}
-        lowered = stage.lower()
-        program = lowered.compile(compiler_options=options) if options else lowered.compile()
-        stats["compiled"] += 1
-        if trace_key is None:
-            _PROGRAMS.put(key, program)
-    snapshot = (traced.out_tree, traced.is_traced, traced.kept)
-    if trace_key is not None:
-        _TRACES.put(trace_key, (program, snapshot, warned))
-    return _rebuild(snapshot, program(*dynamic))
-
-
-@contextlib.contextmanager
-def recording_warnings() -> Iterator[list]:
-    """Warnings raised while tracing, recorded and then raised again (as they were, through
-    the filters in force), so that a reuse of the trace can raise them too: a rule that warns
-    when traced warns on every check, reused or not (`pytest.warns` sees it either way).
-    Printing while traced happens on the first check only, as with `jax.jit`."""
-    recorded: list = []
-    try:
-        with warnings.catch_warnings(record=True) as recorded:
-            yield recorded
-    finally:
-        replay_warnings(recorded)
-
-
-def replay_warnings(caught: list) -> None:
-    for w in caught:
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
-
-
-def _trace_key(body: Callable, leaves: list, treedef: Any, where: list[int], dynamic: list) -> Any:
-    """What `run` keys a reusable trace on: the fingerprint of `body`, the fixed leaves and
-    the tree, and each array's shape, dtype, weak type and placement. None: not reusable."""
-    fixed = set(where)
-    token = fingerprint(body, [leaf for k, leaf in enumerate(leaves) if k not in fixed], treedef)
-    if token is None:
-        return None
-    avals = tuple((type(a) is np.ndarray, np.shape(a), str(a.dtype), getattr(a, "weak_type", False),
-                   getattr(a, "sharding", None)) for a in dynamic)
-    return token, avals
+    stage = jax.jit(traced).trace(*dynamic)
+    before = stats["compiled"]
+    program = compiled(stage, dynamic)
+    stats["checks compiled"] += stats["compiled"] - before
+    return _rebuild((traced.out_tree, traced.is_traced, traced.kept), program(*dynamic))
 
 
 def _rebuild(snapshot: tuple, values: list) -> Any:

@@ -6,9 +6,9 @@ method of p + 2 points around x); `fd_jvp` picks one for its direction, `fd_vjp`
 `fd_jacobian` one per input coordinate. They difference any pytree function through
 `to_vec`, evaluating the whole stencil in one jitted call: f is traced once and replayed
 under `jax.vmap`, or, for a large batch along one direction, point by point through one
-compiled evaluation that reduces on the device. Those compiled evaluations are kept for the
-last few traced functions, so differencing the same function again (same function object,
-same jaxpr) compiles nothing. Everything runs in float64, whatever `jax_enable_x64` says
+compiled evaluation that reduces on the device. Every call traces f anew (f as it is now);
+an evaluation that lowers to a program compiled before reuses that compilation
+(`_compiled`), so differencing the same function again compiles nothing. Everything runs in float64, whatever `jax_enable_x64` says
 globally. The testers' fast mode (`_fd_inner_jvps`) estimates the p-th derivative with p + 1
 points, one evaluation of f fewer on inputs of a million elements.
 """
@@ -20,7 +20,6 @@ import dataclasses
 import functools
 import math
 import operator
-import weakref
 from fractions import Fraction
 from typing import Any, Callable, NamedTuple
 
@@ -29,9 +28,8 @@ import jax.extend
 import jax.numpy as jnp
 import numpy as np
 
-from ._compiled import Kept, jit, program_key, recording_warnings, replay_warnings
+from ._compiled import jit
 from ._compare import host_dot
-from ._fingerprint import fingerprint
 
 __all__ = [
     # methods
@@ -815,42 +813,18 @@ class _Program:
         return out.reshape(k, n, *out.shape[1:])
 
 
-# Programs of recent traces, for reuse: (owner's identity, program_key(jaxpr)) -> (weakref to the
-# owner, program). A hit needs the same live owner (the function the caller differences)
-# and a jaxpr that prints the same; constants are arguments, so their values may differ.
-_PROGRAMS = Kept(16)
-# Traces of recent `_Flat`s, for reuse: fingerprint of (f, layout of args) -> (program, constants,
-# output size, output layout, warnings raised while tracing).
-_TRACES = Kept(16)
-
-
-def _program(owner: Any, jaxpr: Any) -> _Program:
-    try:
-        ref = weakref.ref(owner)
-    except TypeError:  # not weakly referable: no reuse
-        return _Program(jaxpr)
-    key = (id(owner), program_key(jaxpr))
-    hit = _PROGRAMS.get(key)
-    if hit is not None and hit[0]() is owner:
-        return hit[1]
-    program = _Program(jaxpr)
-    _PROGRAMS.put(key, (ref, program))
-    return program
-
-
 class _Flat:
     """`f(*args)` as a function of the float64 vector `to_vec(args)`, evaluated in batches.
 
-    f is traced once, when first needed, to a jaxpr that every batched evaluation replays;
-    `check_output(layout)` runs then, so a bad output fails before any work. `x` stays on
-    the device; `x_host` is its NumPy copy, made when first asked for. `owner` is the
-    function whose compiled evaluations may be reused by a later `_Flat` that traces to the
-    same jaxpr (default f; pass a stable one when f is a fresh wrapper).
+    f is traced once per `_Flat`, when first needed, to a jaxpr that every batched
+    evaluation replays; `check_output(layout)` runs then, so a bad output fails before any
+    work. A new `_Flat` traces f anew (f as it is now); its evaluations reuse a kept
+    compilation only where they lower to the same program (`_compiled.compiled`). `x` stays
+    on the device; `x_host` is its NumPy copy, made when first asked for.
     """
 
-    def __init__(self, name: str, f: Callable, args: tuple, check_output: Callable | None = None, owner: Any = None):
+    def __init__(self, name: str, f: Callable, args: tuple, check_output: Callable | None = None):
         self.name, self.f, self.check_output = name, f, check_output
-        self.owner = f if owner is None else owner
         self.layout = _layout(_check_tuple(name, "args", args))
         self.x = _vector(args)
         self._program: _Program | None = None
@@ -862,10 +836,9 @@ class _Flat:
         return self._x_host
 
     def _trace(self) -> _Program:
-        if self._program is None and not self._reuse():
+        if self._program is None:
             try:
-                with recording_warnings() as self._warned:
-                    closed, shape = jax.make_jaxpr(self._call, return_shape=True)(self.x)
+                closed, shape = jax.make_jaxpr(self._call, return_shape=True)(self.x)
             except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError) as err:
                 raise TypeError(
                     f"`{self.name}`: f cannot be traced by JAX, and finite differences evaluate it "
@@ -874,27 +847,8 @@ class _Flat:
                     "through a host callback: `rules.external(fn, result_shape_dtypes)`."
                 ) from err
             self._consts, self._out_size = list(closed.consts), shape.shape[0]
-            # With a fingerprint, the trace is reused by it: keying the jaxpr by its text (and
-            # the rules of its primitives, traced again) cost a fifth of `python -m rules check`.
-            self._program = _program(self.owner, closed.jaxpr) if self._key is None else _Program(closed.jaxpr)
-            if self._key is not None:
-                _TRACES.put(self._key, (self._program, self._consts, self._out_size, self._out, self._warned))
-        return self._program  # type: ignore[return-value]
-
-    def _reuse(self) -> bool:
-        """Take the trace of an earlier `_Flat` of the same f (by `fingerprint`: its code and
-        what that reads) at arguments of the same layout: no trace, no key of the jaxpr."""
-        self._key = fingerprint(self.f, self.layout.treedef, self.layout.leaves)
-        if self._key is None:
-            return False
-        hit = _TRACES.get(self._key)
-        if hit is None:
-            return False
-        self._program, self._consts, self._out_size, self._out, warned = hit
-        replay_warnings(warned)
-        if self.check_output is not None:
-            self.check_output(self._out)
-        return True
+            self._program = _Program(closed.jaxpr)
+        return self._program
 
     @property
     def out(self) -> _Layout:
@@ -1197,18 +1151,18 @@ def fd_jvp(
 
 
 def _fd_jvps(
-    name: str, m: FDMethod, f: Callable, args: tuple, directions: list, step: float | None, owner: Any = None,
+    name: str, m: FDMethod, f: Callable, args: tuple, directions: list, step: float | None,
     share_rows: bool = False,
 ) -> list[PyTree]:
     """`fd_jvp` along several `tangents` at the same `args`: f is traced once and every
     direction reuses the same compiled evaluation (its direction is an argument), so each
-    extra direction costs only its evaluations of f, not another trace and compile. `owner`
-    as in `_fd_vjp`; `share_rows` evaluates a small problem by `fd_vjp`'s compiled
+    extra direction costs only its evaluations of f, not another trace and compile.
+    `share_rows` evaluates a small problem by `fd_vjp`'s compiled
     evaluation (`_shared_rows`), padded to its batch: more evaluations of f, one
     compilation fewer where both run."""
     _check_method(name, m)
     with _x64(name):
-        flat = _Flat(name, f, args, owner=owner)
+        flat = _Flat(name, f, args)
         vectors = []
         for tangents in directions:
             tangent_layout = _layout(_check_tuple(name, "tangents", tangents))
@@ -1235,17 +1189,17 @@ def _weights_for(name: str, y_bar: PyTree) -> tuple[jax.Array, Callable[[_Layout
 
 
 def _fd_inner_jvps(
-    name: str, m: FDMethod, f: Callable, args: tuple, directions: list, y_bar: PyTree, owner: Any = None
+    name: str, m: FDMethod, f: Callable, args: tuple, directions: list, y_bar: PyTree
 ) -> list[float]:
     """`<y_bar, J x_dot>` (the real inner product of `to_vec`s) for each `x_dot` in
     `directions`: the derivative at 0 of the scalar t -> <y_bar, f(args + t x_dot)>, its step
     chosen by `m`'s rule for that scalar. One trace and one compile of f serve every
     direction, and a large batch brings back only scalars: nothing output-sized leaves the
-    device. `owner` (default f) lets a later call reuse the compiled evaluation (`_Flat`)."""
+    device."""
     _check_method(name, m)
     with _x64(name):
         w, check_output = _weights_for(name, y_bar)
-        flat = _Flat(name, f, args, check_output, owner)
+        flat = _Flat(name, f, args, check_output)
         out = []
         for tangents in directions:
             _check_like(name, "tangents", flat.layout, _layout(_check_tuple(name, "tangents", tangents)), "`args`")
@@ -1324,17 +1278,11 @@ def fd_vjp(
 
     See also: fd_jvp, fd_jacobian, to_vec.
     """
-    return _fd_vjp(m, f, y_bar, args, step=step)
-
-
-def _fd_vjp(m: FDMethod, f: Callable, y_bar: PyTree, args: tuple, *, step: float | None = None, owner: Any = None) -> tuple:
-    """`fd_vjp`, with `owner` (default f) naming whose compiled evaluation a later call may
-    reuse (`_Flat`): the testers difference a fresh wrapper of the rule's function."""
     name = "fd_vjp"
     _check_method(name, m)
     with _x64(name):
         w, check_output = _weights_for(name, y_bar)
-        flat = _Flat(name, f, args, check_output, owner)
+        flat = _Flat(name, f, args, check_output)
         rows = m._batch_size() if step is None else len(m._offsets)
         steps = _basis_steps(m, flat, w, step, rows)
         values = _basis_values(flat, m._offsets, steps, w, rows)[..., 0]  # (k, x.size)

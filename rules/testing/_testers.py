@@ -15,7 +15,6 @@ import dataclasses
 import functools
 import math
 import time
-import weakref
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -32,7 +31,6 @@ from .._lowering import _tangent_leaves, conj_tree, lowered_rules
 from .._thunks import AbstractThunk, InplaceableThunk, Thunk, unthunk
 from .._zeros import AbstractZero, NoTangent, ZeroTangent
 from ._compiled import run as run_compiled
-from ._fingerprint import scope as fingerprint_scope
 from ._compare import (
     WithTangent,
     _perturbable,
@@ -48,7 +46,7 @@ from ._compare import (
     test_approx,
     without_not_implemented,
 )
-from ._finite_differences import FDMethod, _fd_inner_jvps, _fd_jvps, _fd_vjp, _x64, central_fdm, fd_jacobian
+from ._finite_differences import FDMethod, _fd_inner_jvps, _fd_jvps, _x64, central_fdm, fd_jacobian, fd_vjp
 
 __all__ = ["RuleReport", "test_rrule", "test_frule", "test_scalar"]
 
@@ -95,7 +93,7 @@ def _full_precision(tester: Callable) -> Callable:
 
     @functools.wraps(tester)
     def at_full_precision(*args: Any, **kwargs: Any) -> Any:
-        with jax.default_matmul_precision("highest"), fingerprint_scope():
+        with jax.default_matmul_precision("highest"):
             return tester(*args, **kwargs)
 
     return at_full_precision
@@ -237,11 +235,6 @@ class _Problem:
         for i, d in zip(self.index, dargs):
             full[1 + i] = d
         return full
-
-    def __rules_fingerprint__(self) -> tuple:
-        """What `raw_fn` reads (`_fingerprint`): not the perturbed arguments it replaces."""
-        fixed = [None if i in self.index else p for i, p in enumerate(self.primals)]
-        return self.f, fixed, tuple(self.index), self.fkwargs
 
     def raw_fn(self, *dargs):
         f, *full = self.merge(dargs)
@@ -522,11 +515,10 @@ def test_rrule(
     marks it broken rather than failed. float32 rules are differenced in float64 with looser
     default tolerances. `rrule_f(f, *args, **fkwargs)` replaces `rules.rrule`, e.g.
     `rules.rrule_via_ad` to check JAX's own derivative in ChainRules' conventions. With
-    `check_jit` (the default) the rule is evaluated as one compiled program; a repeated call
-    whose code and the values it reads are unchanged (helpers, globals, closures, registered
-    rules, JAX's configuration: `_fingerprint`) at arguments of the same shapes reuses its
-    trace and program, and any change traces anew, so the code as it is now is checked;
-    with `check_jit=False` everything runs eagerly.
+    `check_jit` (the default) the rule is evaluated as one compiled program, traced on every
+    call (the code as it is now is what is checked); only its compilation is reused, by a
+    later call that lowers to the same program. With `check_jit=False` everything runs
+    eagerly.
 
     >>> import jax.numpy as jnp
     >>> import rules
@@ -595,7 +587,7 @@ def test_rrule(
         args64, y_bar64 = _upcast(checked.args), _upcast(y_bar_dense)
         try:
             if use_mode == "exact":
-                expected = _fd_vjp(m, checked.raw_fn, y_bar64, args64, owner=problem.raw)
+                expected = fd_vjp(m, checked.raw_fn, y_bar64, args64)
                 for i, exp in zip(checked.index, expected):
                     got, x = dense[i], problem.primal(i)
                     if i in masks:
@@ -691,7 +683,7 @@ def _fast_check(tester, name, problem, m, args64, y_bar64, dense, rtol, atol) ->
     def errors(items):
         """(label, lhs, rhs, error, scale) per (k, own, label, x_dot); one trace of f for all."""
         directions = [probe(k, x_dot) for k, _, _, x_dot in items]
-        lhs_all = _fd_inner_jvps(tester, m, problem.raw_fn, args64, directions, y_bar64, owner=problem.raw)
+        lhs_all = _fd_inner_jvps(tester, m, problem.raw_fn, args64, directions, y_bar64)
         out = []
         for (k, own, label, x_dot), lhs in zip(items, lhs_all):
             rhs, scale = _real_inner(own, x_dot)
@@ -874,22 +866,9 @@ def _variants_at(run: Callable, vmap: bool, full, fkwargs, args, other, seed: in
     return run(full, fkwargs, args, other, _slice(args_b, axes, 1), _slice(other_b, other_axes, 1), args_b, other_b)
 
 
-_PRIMITIVES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def _primitive_for(f: Any) -> Any:
-    """The primitive of `f`, one per f while f lives: its lowerings, and so the callables in
-    the programs traced through it, stay the same objects from check to check, and a
-    compilation keyed on them (`_compiled.program_key`) is reused."""
-    if isinstance(f, Primitive):
-        return f
-    try:
-        prim = _PRIMITIVES.get(f)
-        if prim is None:
-            prim = _PRIMITIVES[f] = Primitive(f)
-        return prim
-    except TypeError:  # unhashable or not weakly referenceable: a fresh one (nothing kept)
-        return Primitive(f)
+    """The primitive of `f`: f itself, or one made for a function with registered rules."""
+    return f if isinstance(f, Primitive) else Primitive(f)
 
 
 def _check_variants(tester, problem, what, other, against_rule, check_jit, check_vmap,
@@ -1088,7 +1067,7 @@ def test_frule(
         # where test_rrule's exact check of f compiles the same evaluation of f, share it
         share = spec.transposable and problem.size() <= EXACT_MODE_LIMIT
         expected = _fd_jvps("fd_jvp", fdm or _DEFAULT_FDM, problem.raw_fn, _upcast(problem.args),
-                            [_upcast(problem.tangents)], None, owner=problem.raw, share_rows=share)[0]
+                            [_upcast(problem.tangents)], None, share_rows=share)[0]
         try:
             worst = _check_close(tester, name, "tangent does not match finite differences",
                                  mask_leaves(y_dot_dense, mask, y), mask_leaves(expected, mask, y),

@@ -12,18 +12,36 @@ def maybe_jit(request):
 
 @pytest.fixture
 def count_compiles(monkeypatch):
-    """`count_compiles(name)`: a list that grows each time the finite differences' compiled
-    evaluation `_Program.<name>` is traced (a jitted method runs its body only then)."""
+    """`count_compiles(name)`: a list that grows each time a program traced from the finite
+    differences' evaluation `_Program.<name>` is compiled by XLA (not each time it is traced:
+    every call traces, and a program lowered before reuses its compilation). Starts with no
+    compilation kept, so that what other tests compiled does not count."""
+    import rules.testing._compiled as compiled_module
     import rules.testing._finite_differences as fd_module
 
+    monkeypatch.setattr(compiled_module, "_EXECUTABLES", compiled_module.Kept(compiled_module._EXECUTABLES.size))
+    traced: list = [None]  # the method whose trace the next `compiled` call compiles
+    counters: dict = {}
+    original_compiled = compiled_module.compiled
+
+    def compiled(stage, leaves):
+        before, name = compiled_module.stats["compiled"], traced[0]
+        traced[0] = None
+        program = original_compiled(stage, leaves)
+        if compiled_module.stats["compiled"] > before and name in counters:
+            counters[name].append(1)
+        return program
+
+    monkeypatch.setattr(compiled_module, "compiled", compiled)
+
     def count(name):
-        compiled, original = [], getattr(fd_module._Program, name)
+        counters[name], original = [], getattr(fd_module._Program, name)
 
         def counted(self, *args):
-            compiled.append(1)
+            traced[0] = name
             return original(self, *args)
 
         monkeypatch.setattr(fd_module._Program, name, counted)
-        return compiled
+        return counters[name]
 
     return count

@@ -956,10 +956,10 @@ def test_an_unhashable_callable_has_no_rule_but_can_be_tested_through_rrule_f():
 # ------------------------------------------------------------------------------------------
 
 
-def test_a_second_check_of_the_same_code_reuses_its_trace_and_program_with_the_new_values():
-    """A repeated check of the same code at arguments of the same shapes runs the first call's
-    compiled program (nothing traced or compiled again), on the new values: a rule wrong
-    only for negative x passes at positive x and then fails at negative x."""
+def test_a_second_check_of_the_same_code_reuses_its_compilations_with_the_new_values():
+    """A repeated check of the same code at arguments of the same shapes traces again and
+    runs the first call's compiled programs (nothing compiled again), on the new values: a
+    rule wrong only for negative x passes at positive x and then fails at negative x."""
     from rules.testing import _compiled
 
     f = with_rrule("mysin", jnp.sin,
@@ -969,28 +969,30 @@ def test_a_second_check_of_the_same_code_reuses_its_trace_and_program_with_the_n
     before = dict(_compiled.stats)
     test_rrule(f, positive * 0.5)
     assert _compiled.stats["compiled"] == before["compiled"]
-    assert _compiled.stats["reused trace"] > before["reused trace"]
+    assert _compiled.stats["reused"] > before["reused"]
     with pytest.raises(AssertionError, match="cotangent does not match finite differences"):
         test_rrule(f, -positive)
     assert _compiled.stats["compiled"] == before["compiled"]
 
 
-def test_each_tester_call_compiles_one_program_with_the_lowered_checks_in_it():
+def test_each_tester_call_compiles_one_program_with_the_lowered_checks_in_it(monkeypatch):
     """The rule with its conventions, the lowered primitive under jax.jit at two points and
     batched, and forward mode by the transposed pullback: one compiled program per call
     (lowering and compiling one costs ~25 ms however small it is)."""
     from rules.testing import _compiled
 
+    monkeypatch.setattr(_compiled, "_EXECUTABLES", _compiled.Kept(8))  # none kept from other tests
+
     cube = with_rrule("one_program", lambda x: x**3, lambda y_bar, x: (NoTangent(), 3 * x**2 * y_bar))
-    before = _compiled.stats["compiled"]
+    before = _compiled.stats["checks compiled"]
     report = test_rrule(cube, X64)
-    assert _compiled.stats["compiled"] == before + 1
+    assert _compiled.stats["checks compiled"] == before + 1
     assert {"jax.jit(jax.vjp)", "jax.vmap", "jax.jvp (transposed pullback)"} <= set(report.checks)
 
     square = add_frule(fresh_primitive("one_program_f", lambda x: x * x), lambda dots, x: 2 * x * dots[0])
-    before = _compiled.stats["compiled"]
+    before = _compiled.stats["checks compiled"]
     report = test_frule(square, X64)
-    assert _compiled.stats["compiled"] == before + 1
+    assert _compiled.stats["checks compiled"] == before + 1
     assert {"jax.jit(jax.jvp)", "jax.vmap"} <= set(report.checks)
 
 
@@ -1132,7 +1134,8 @@ def test_programs_that_print_alike_but_call_different_host_functions_are_not_con
 
 
 # ------------------------------------------------------------------------------------------
-# Reused traces are never stale (rules/testing/_fingerprint.py)
+# Never stale: every check traces the code as it is now; only compilations of the same
+# lowered program are reused (rules/testing/_compiled.py)
 # ------------------------------------------------------------------------------------------
 
 
@@ -1170,17 +1173,17 @@ _USER_RULE = """
 @pytest.mark.parametrize("change", ["helper redefined", "global constant", "array changed in place",
                                     "library function patched", "rule registered again"])
 def test_a_check_repeated_after_the_code_it_reads_changed_checks_the_new_code(change, monkeypatch):
-    """A second check reuses the first one's trace only while everything the rule reads is
-    the same: a helper redefined (a notebook cell run again), a global constant rebound, a
+    """A second check traces the rule again, so it sees every change to what the rule reads:
+    a helper redefined (a notebook cell run again), a global constant rebound, a
     NumPy array changed in place, a function of JAX monkeypatched, a rule registered again.
     Each change here makes the rule wrong, and the second check must fail."""
     from rules.testing import _compiled
 
     module = _user_module(f"zj_user_{change.replace(' ', '_')}", _USER_RULE)
     test_rrule(module.mysin, X64)
-    before = _compiled.stats["reused trace"]
-    test_rrule(module.mysin, X64)  # nothing changed: reused
-    assert _compiled.stats["reused trace"] == before + 1
+    before = _compiled.stats["compiled"]
+    test_rrule(module.mysin, X64)  # nothing changed: traced again, every compilation reused
+    assert _compiled.stats["compiled"] == before
     if change == "helper redefined":
         exec("def helper(x):\n    return 1.01 * jnp.cos(x)\n", vars(module))
     elif change == "global constant":
@@ -1220,7 +1223,7 @@ def test_a_rule_reading_a_closure_or_an_object_attribute_that_changed_is_checked
 
 
 def test_finite_differences_of_a_function_whose_global_changed_use_the_new_function():
-    """fd_jvp reuses the trace of f (by its fingerprint) only while f reads the same values."""
+    """fd_jvp traces f on every call: a global f reads that changed is seen."""
     from rules.testing import central_fdm, fd_jvp
 
     module = _user_module("zj_user_fd", """
@@ -1233,26 +1236,6 @@ def test_finite_differences_of_a_function_whose_global_changed_use_the_new_funct
     np.testing.assert_allclose(fd_jvp(central_fdm(5, 1), module.f, (x,), (t,)), [2.0, 6.0], rtol=1e-8)
     module.POWER = 3.0
     np.testing.assert_allclose(fd_jvp(central_fdm(5, 1), module.f, (x,), (t,)), [3.0, 27.0], rtol=1e-8)
-
-
-def test_fingerprint_keys_what_it_can_vouch_for_and_refuses_the_rest():
-    """Equal code and values give equal keys; a tracer, a large NumPy array, an opaque object
-    (a random generator, whose state a rule would consume) or a graph too large to walk give
-    None (traced anew, as always)."""
-    from rules.testing._fingerprint import _BUDGET, fingerprint
-
-    def g(x):
-        return g if x is None else x  # refers to itself: walked once
-
-    assert fingerprint(g, 1.0, "a") == fingerprint(g, 1.0, "a")
-    assert fingerprint(g, 0.0) != fingerprint(g, -0.0)
-    assert fingerprint(np.ones(3)) != fingerprint(np.full(3, 1.0 + 1e-16 * 4))
-    assert fingerprint(np.zeros(1 << 20)) is None
-    assert fingerprint(np.random.default_rng(0)) is None  # stateful and opaque
-    assert fingerprint([[0]] * (_BUDGET + 1)) is None
-    seen = []
-    jax.jit(lambda x: seen.append(fingerprint(x)) or x)(1.0)
-    assert seen == [None]
 
 
 def test_a_large_random_draw_is_kept_and_equals_a_fresh_one():
@@ -1468,48 +1451,18 @@ def test_a_library_function_patched_restored_and_patched_again_is_seen_each_time
         test_rrule(f, X64)
 
 
-def test_common_objects_in_a_rule_do_not_stop_its_trace_being_reused():
-    """Tangent singletons, sentinels, jax.vmap'd helpers, devices and plain values in a rule's
-    closure are keyed; an attribute that raises when read makes the fingerprint None rather
-    than failing the check."""
-    from rules.testing._fingerprint import fingerprint
-
-    vcos = jax.vmap(jnp.cos)
-    held = (NoTangent(), ZeroTangent(), object(), vcos, jax.devices()[0], range(3), slice(1, 2))
-
-    def rule_reading(x):
-        return held, vcos(x)
-
-    assert fingerprint(rule_reading) is not None
-
-    class Strict:
-        def __getattr__(self, name):
-            raise KeyError(name)
-
-        def __call__(self, x):
-            return x
-
-    fingerprint(Strict())  # an attribute lookup raising KeyError: no key, no exception
-    f = with_rrule("mysin", jnp.sin, lambda y_bar, x: (NoTangent(), y_bar * jnp.cos(Strict()(x))))
-    test_rrule(f, X64)
-
-
-@pytest.mark.skipif(not rules._dual.ENABLED, reason="the fallback lowering stages a jax.custom_vjp whose jaxpr holds "
-                    "functions made per trace, so a check without a fingerprint compiles anew (slower, never stale)")
-def test_a_check_that_cannot_be_fingerprinted_reuses_a_compilation_of_the_same_jaxpr_and_constants():
-    """A rule reading a NumPy array too large to key by value has no fingerprint: every check
-    traces anew, and finds the compilation of a trace with the same jaxpr and constants; the
-    array changed in place is another constant, compiled anew, and the change is seen."""
+def test_a_rule_reading_a_large_array_reuses_its_compilation_until_the_array_changes():
+    """A large NumPy array a rule closes over is compiled into its program (the lowered
+    module holds its values): the same values reuse the compilation, and after a change in
+    place the program is another one, compiled anew, and the change is seen."""
     from rules.testing import _compiled
-    from rules.testing._fingerprint import _ARRAY_BYTES
 
-    big = np.ones(_ARRAY_BYTES // 8 + 1)
+    big = np.ones(1 << 16)
     f = with_rrule("mysin", jnp.sin, lambda y_bar, x: (NoTangent(), big[: x.shape[0]] * y_bar * jnp.cos(x)))
     test_rrule(f, X64)
     before = dict(_compiled.stats)
     test_rrule(f, X64)
     assert _compiled.stats["reused"] > before["reused"] and _compiled.stats["compiled"] == before["compiled"]
-    assert _compiled.stats["reused trace"] == before["reused trace"]
     big[:] = 1.01
     with pytest.raises(AssertionError, match="cotangent does not match finite differences"):
         test_rrule(f, X64)
