@@ -36,3 +36,10 @@ def test_the_tour_runs_clean_with_jax_defaults(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"} | {"JAX_PLATFORMS": "cpu"}
     done = subprocess.run([sys.executable, "-W", "error", str(script)], capture_output=True, text=True, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_the_custom_vjp_example_runs():
+    block = re.search(r"### Checking `jax.custom_vjp`.*?```python\n(.*?)```", README, flags=re.S).group(1)
+    namespace: dict = {}
+    exec(compile(block, "README.md (custom_vjp)", "exec"), namespace)
+    assert (namespace["report"].kind, namespace["report"].modes) == ("jax.vjp", "rev")

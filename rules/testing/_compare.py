@@ -255,20 +255,37 @@ def _finite_norm(x: np.ndarray) -> float:
     return n if math.isfinite(n) else _norm(np.where(np.isfinite(x), x, 0))
 
 
-def _difference_norm(a: np.ndarray, b: np.ndarray) -> float:
-    """|a - b|, counting equal entries (equal infinities included) as 0."""
+def _difference_norm(a: np.ndarray, b: np.ndarray, equal_nan: bool = False) -> float:
+    """|a - b|, counting equal entries (equal infinities included, and with `equal_nan` NaN
+    against NaN) as 0."""
     if a.shape != b.shape:
         return math.inf
     with np.errstate(invalid="ignore"):  # inf - inf: NaN, replaced below
         n = _norm(a - b)
-        return n if math.isfinite(n) else _norm(np.where(a == b, 0, a - b))
+        if math.isfinite(n):
+            return n
+        same = (a == b) | (np.isnan(a) & np.isnan(b)) if equal_nan else a == b
+        return _norm(np.where(same, 0, a - b))
 
 
-def _leaf_error(a: Any, b: Any, rtol: float, atol: float) -> tuple[float, bool]:
+def _leaf_error(a: Any, b: Any, rtol: float, atol: float, equal_nan: bool = False,
+                entrywise: bool = False) -> tuple[float, bool]:
     """(relative error, close?) of one leaf, ChainRulesTestUtils' isapprox:
-    |a - b| <= max(atol, rtol max(|a|, |b|)); equal infinities count as equal."""
+    |a - b| <= max(atol, rtol max(|a|, |b|)); equal infinities count as equal (and NaN
+    against NaN with `equal_nan`). The norm is the 2-norm, or with `entrywise` the largest
+    entry (max |a_i - b_i| against the largest |a_i|, |b_i|): an error in one entry of n is
+    then not diluted by sqrt(n)."""
     a, b = _wide(a), _wide(b)
-    diff = _difference_norm(a, b)
+    if entrywise:
+        if a.shape != b.shape:
+            return math.inf, False
+        with np.errstate(invalid="ignore"):
+            same = (a == b) | (np.isnan(a) & np.isnan(b)) if equal_nan else a == b
+            d = np.abs(np.where(same, 0, a - b))
+        diff = float(np.max(d, initial=0.0)) if not np.isnan(d).any() else math.inf
+        size = max(float(np.max(np.where(np.isfinite(v), np.abs(v), 0), initial=0.0)) for v in (a, b))
+        return diff / max(size, atol / max(rtol, 1e-300)), diff <= max(atol, rtol * size)
+    diff = _difference_norm(a, b, equal_nan)
     size = max(_finite_norm(a), _finite_norm(b))
     return diff / max(size, atol / max(rtol, 1e-300)), diff <= max(atol, rtol * size)
 
@@ -281,14 +298,16 @@ def close(a: Any, b: Any, rtol: float, atol: float) -> bool:
     return _leaf_error(a, b, rtol, atol)[1]
 
 
-def compare_trees(got: Any, expected: Any, rtol: float, atol: float) -> tuple[float, list[str]]:
-    """Max relative error over the float leaves, and the paths of the leaves that differ."""
+def compare_trees(got: Any, expected: Any, rtol: float, atol: float, equal_nan: bool = False,
+                  entrywise: bool = False) -> tuple[float, list[str]]:
+    """Max relative error over the float leaves, and the paths of the leaves that differ
+    (with `equal_nan`, NaN where both have it is not a difference)."""
     worst, bad = 0.0, []
     got_leaves = jax.tree_util.tree_leaves(got)
     for (path, exp), g in zip(jax.tree_util.tree_flatten_with_path(expected)[0], got_leaves):
         if not is_differentiable_leaf(exp):
             continue
-        err, ok = _leaf_error(g, exp, rtol, atol)
+        err, ok = _leaf_error(g, exp, rtol, atol, equal_nan, entrywise)
         worst = max(worst, err)
         if not ok:
             bad.append(jax.tree_util.keystr(path))

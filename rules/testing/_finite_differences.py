@@ -80,8 +80,10 @@ def _x64(name: str):
 def _combine(weights: np.ndarray, values: np.ndarray) -> np.ndarray:
     """sum_i w_i values[i], taken relative to values[0] (weights sum to 0 when q >= 1), so
     a function that does not change gives exactly 0. Methods order their points nearest
-    first, so values[0] is f at the point nearest x and the differences lose least."""
-    return np.tensordot(weights, values - values[:1], axes=1)
+    first, so values[0] is f at the point nearest x and the differences lose least. A point
+    outside f's domain gives NaN quietly (`_in_domain` estimates that entry again)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.tensordot(weights, values - values[:1], axes=1)
 
 
 def _divide(a: Any, b: Any) -> Any:
@@ -91,9 +93,57 @@ def _divide(a: Any, b: Any) -> Any:
 
 
 def _representable(x: Any, h: Any) -> np.ndarray:
-    """Steps near h that x + step represents exactly, (x + h) - x, entry by entry."""
-    snapped = (np.asarray(x, np.float64) + h) - x
-    return np.where(snapped != 0, snapped, h)
+    """Steps near h that x + step represents exactly, (x + h) - x, entry by entry (h itself
+    at an infinite or NaN entry, which is held constant: `_held`)."""
+    with np.errstate(invalid="ignore"):
+        snapped = (np.asarray(x, np.float64) + h) - x
+    return np.where((snapped != 0) & np.isfinite(snapped), snapped, h)
+
+
+def _held(x: np.ndarray) -> np.ndarray:
+    """The input coordinates that are not perturbed: infinite or NaN entries (x + h is x
+    again, or NaN), which finite differences treat as constants (derivative 0)."""
+    return ~np.isfinite(x)
+
+
+# Spans (largest |h * grid|) tried, largest first, where a method's stencil left f's domain.
+_DOMAIN_SPANS = (1e-2, 1e-4, 1e-6, 1e-8, 1e-10, 1e-12)
+
+
+def _one_sided(m: FDMethod) -> list[FDMethod]:
+    """Methods tried, in order, where a central method's estimate is not finite at a point
+    (its stencil left f's domain: `logit` near 0, `sqrt` near 0): the same method with its
+    span capped ever shorter (its step rule then sees f on the scale of the boundary's
+    distance), then FiniteDifferences.jl's forward and backward methods of its order, the
+    same way (a point on the boundary itself). None for a one-sided or custom method, which
+    is the user's choice."""
+    if m.kind != "central":
+        return []
+    spans = [r for r in _DOMAIN_SPANS if r < m.max_range]
+    return [FDMethod(kind, m.p, m.q, m.adapt, r, m.factor)
+            for kind in ("central", "forward", "backward") for r in ([] if kind == "central" else [m.max_range]) + spans]
+
+
+def _finite_rows(a: np.ndarray) -> np.ndarray:
+    """Whether each entry along the first axis is finite in every other axis."""
+    return np.isfinite(a).reshape(a.shape[0], -1).all(axis=1) if a.size else np.ones(a.shape[:1], bool)
+
+
+def _in_domain(m: FDMethod, estimate: Callable[[FDMethod], np.ndarray], held: np.ndarray) -> np.ndarray:
+    """`estimate(m)`, an array whose first axis runs over the entries `held` describes, with
+    each non-finite entry replaced by the first finite one of `_one_sided(m)`'s methods
+    (evaluated only where needed), and each held entry 0."""
+    out = np.array(estimate(m), copy=True)
+    bad = ~_finite_rows(out) & ~held
+    for other in _one_sided(m):
+        if not bad.any():
+            break
+        alt = np.asarray(estimate(other))
+        good = bad & _finite_rows(alt)
+        out[good] = alt[good]
+        bad &= ~good
+    out[held] = 0
+    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -888,10 +938,9 @@ class _Flat:
 
 def _shared_rows(flat: _Flat, points: int) -> int:
     """The rows of the one evaluation that a small problem's step rules and stencils share,
-    along every basis direction (`fd_vjp`, `fd_jacobian`) and, where the testers ask for
-    it, along a direction (`fd_jvp` with `share_rows`: its `points` padded to `points` per
-    input coordinate, so that `test_frule` reuses the compilation of `test_rrule`'s exact
-    check of the same function). 0 (none shared) where that batch would be large."""
+    along every basis direction (`fd_vjp`, `fd_jacobian`, and the testers' exact J x_dot:
+    `test_frule` reuses the compilation of `test_rrule`'s exact check of the same function).
+    0 (none shared) where that batch would be large."""
     n = flat.x.size
     rows = points * n
     return rows if 0 < rows and rows * max(n, flat.out_size, 1) <= _VMAP_ELEMENTS else 0
@@ -909,8 +958,8 @@ class _Sampler:
     once per size).
     """
 
-    def __init__(self, flat: _Flat, direction: Any, w: Any, size: int, share_rows: bool = False):
-        self.flat, self.size, self.share_rows = flat, size, share_rows
+    def __init__(self, flat: _Flat, direction: Any, w: Any, size: int):
+        self.flat, self.size = flat, size
         self.direction = _random_unit(flat.x.size, seed=1) if direction is None else direction
         self.w = _random_unit(flat.out_size, seed=0) if w is None else w
 
@@ -926,11 +975,6 @@ class _Sampler:
     def _points(self, ts: np.ndarray) -> np.ndarray:
         """f at x + t d for each t, on the host: shape (len(ts), len(f))."""
         flat = self.flat
-        rows = _shared_rows(flat, self.size) if self.share_rows else 0
-        if rows >= len(ts):  # the evaluation `fd_vjp` uses too (zero rows evaluate f at x)
-            displacements = np.zeros((rows, flat.x.size))
-            displacements[: len(ts)] = np.asarray(ts)[:, None] * np.asarray(self.direction, np.float64)[None, :]
-            return flat.rows(displacements)[: len(ts)]
         ys = flat.along(flat.x, self.direction, self._padded(ts))
         return np.asarray(ys)[: len(ts)]
 
@@ -1087,7 +1131,8 @@ def _coordinate_steps(m: FDMethod, flat: _Flat, w: Any, rows: int) -> np.ndarray
     for _ in range(_SHRINKS + 1):  # coordinates whose points left f's domain try shorter steps
         out = _basis_values(flat, b._sorted_grid, steps, w, rows)
         values, scales = (out, np.abs(out)) if w is None else (out[..., 0], out[..., 1])
-        derivs = np.abs(np.tensordot(b._neighbour_weights, values - values[:1], axes=1))  # (3, n[, len(f)])
+        with np.errstate(invalid="ignore", over="ignore"):  # points outside f's domain: shorter steps below
+            derivs = np.abs(np.tensordot(b._neighbour_weights, values - values[:1], axes=1))  # (3, n[, len(f)])
         bound = np.where(todo, _divide(np.max(derivs, axis=over), steps**b.q), bound)
         scale = np.where(todo, np.max(scales, axis=over), scale)
         todo = ~(np.isfinite(bound) & np.isfinite(scale))
@@ -1102,6 +1147,24 @@ def _basis_steps(m: FDMethod, flat: _Flat, w: Any, step: float | None, rows: int
     if step is not None:
         return _representable(flat.x_host, _check_step(flat.name, step))
     return _representable(flat.x_host, _coordinate_steps(m, flat, w, rows))
+
+
+def _per_coordinate(m: FDMethod, flat: _Flat, w: Any, step: float | None) -> np.ndarray:
+    """`m`'s derivative along every basis direction, each with its own step: shape (x.size,)
+    for the scalar <w, f> (with w), else (x.size, y.size)."""
+    rows = m._batch_size() if step is None else len(m._offsets)
+    steps = _basis_steps(m, flat, w, step, rows)
+    values = _basis_values(flat, m._offsets, steps, w, rows)  # (k, x.size, y.size or 2)
+    if w is not None:
+        return _divide(_combine(m._weights, values[..., 0]), steps)
+    return _divide(_combine(m._weights, values), steps[:, None])
+
+
+def _along_free(d: Any, held: np.ndarray) -> Any:
+    """A direction with no component along the held (non-finite) input coordinates."""
+    if not held.any():
+        return d
+    return jnp.asarray(np.where(held, 0.0, np.asarray(d, np.float64)))
 
 
 def _split(vector: np.ndarray, args: tuple) -> list[tuple[_Layout, np.ndarray]]:
@@ -1152,14 +1215,12 @@ def fd_jvp(
 
 def _fd_jvps(
     name: str, m: FDMethod, f: Callable, args: tuple, directions: list, step: float | None,
-    share_rows: bool = False,
 ) -> list[PyTree]:
     """`fd_jvp` along several `tangents` at the same `args`: f is traced once and every
     direction reuses the same compiled evaluation (its direction is an argument), so each
-    extra direction costs only its evaluations of f, not another trace and compile.
-    `share_rows` evaluates a small problem by `fd_vjp`'s compiled
-    evaluation (`_shared_rows`), padded to its batch: more evaluations of f, one
-    compilation fewer where both run."""
+    extra direction costs only its evaluations of f, not another trace and compile. Where
+    the stencil leaves f's domain (an output entry not finite), the entry is estimated
+    again by `_one_sided`'s methods."""
     _check_method(name, m)
     with _x64(name):
         flat = _Flat(name, f, args)
@@ -1168,14 +1229,38 @@ def _fd_jvps(
             tangent_layout = _layout(_check_tuple(name, "tangents", tangents))
             _check_like(name, "tangents", flat.layout, tangent_layout, "`args`")
             vectors.append(_vector(tangents))
-        size = m._batch_size() if step is None else len(m._offsets)
+        held = _held(flat.x_host)
         out = []
         for d in vectors:
-            sampler = _Sampler(flat, d, None, size, share_rows)
-            h = m._estimate_step(sampler)[0] if step is None else _check_step(name, step)
-            y_dot = sampler.combine(m._offsets, m._weights, h)
+            d = _along_free(d, held)
+
+            def along(method: FDMethod, d=d) -> np.ndarray:
+                size = method._batch_size() if step is None else len(method._offsets)
+                sampler = _Sampler(flat, d, None, size)
+                h = method._estimate_step(sampler)[0] if step is None else _check_step(name, step)
+                return sampler.combine(method._offsets, method._weights, h)
+
+            # the output's entries: one-sided where the central stencil left f's domain
+            y_dot = _in_domain(m, along, np.zeros(flat.out_size, bool))
             out.append(flat.out.unflatten(y_dot, "tangent", np))
         return out
+
+
+def _fd_jvp_by_coordinates(m: FDMethod, f: Callable, args: tuple, tangents: tuple) -> PyTree:
+    """`J x_dot` from the Jacobian of f along every input coordinate, each with its own
+    step (as `fd_jacobian`), for the testers' exact checks of small problems: more accurate
+    than one step along x_dot where the coordinates' scales differ (a point near a
+    boundary, where another coordinate is not), and the same compiled evaluation as
+    `fd_vjp`'s at that function and point."""
+    name = "fd_jvp"
+    _check_method(name, m)
+    with _x64(name):
+        flat = _Flat(name, f, _check_tuple(name, "args", args))
+        _check_like(name, "tangents", flat.layout, _layout(_check_tuple(name, "tangents", tangents)), "`args`")
+        held = _held(flat.x_host)
+        jac = _in_domain(m, lambda method: _per_coordinate(method, flat, None, None), held)  # (x.size, y.size)
+        d = np.where(held, 0.0, np.asarray(_vector(tangents), np.float64))
+        return flat.out.unflatten(d @ jac, "tangent", np)
 
 
 def _weights_for(name: str, y_bar: PyTree) -> tuple[jax.Array, Callable[[_Layout], None]]:
@@ -1200,12 +1285,18 @@ def _fd_inner_jvps(
     with _x64(name):
         w, check_output = _weights_for(name, y_bar)
         flat = _Flat(name, f, args, check_output)
+        held = _held(flat.x_host)
         out = []
         for tangents in directions:
             _check_like(name, "tangents", flat.layout, _layout(_check_tuple(name, "tangents", tangents)), "`args`")
-            sampler = _Sampler(flat, _vector(tangents), w, m._batch_size(lean=True))
-            h = m._estimate_step(sampler, lean=True)[0]
-            out.append(sampler.combine_inner(m._offsets, m._weights, h))
+            d = _along_free(_vector(tangents), held)
+
+            def inner(method: FDMethod, d=d) -> np.ndarray:
+                sampler = _Sampler(flat, d, w, method._batch_size(lean=True))
+                h = method._estimate_step(sampler, lean=True)[0]
+                return np.array([sampler.combine_inner(method._offsets, method._weights, h)])
+
+            out.append(float(_in_domain(m, inner, np.zeros(1, bool))[0]))
         return out
 
 
@@ -1241,10 +1332,7 @@ def fd_jacobian(
     _check_method(name, m)
     with _x64(name):
         flat = _Flat(name, f, args)
-        rows = m._batch_size() if step is None else len(m._offsets)
-        steps = _basis_steps(m, flat, None, step, rows)
-        y = _basis_values(flat, m._offsets, steps, None, rows)  # (k, x.size, y.size)
-        jac = _divide(_combine(m._weights, y), steps[:, None]).T
+        jac = _in_domain(m, lambda method: _per_coordinate(method, flat, None, step), _held(flat.x_host)).T
     return tuple(part for _, part in _split(jac, args))
 
 
@@ -1283,8 +1371,5 @@ def fd_vjp(
     with _x64(name):
         w, check_output = _weights_for(name, y_bar)
         flat = _Flat(name, f, args, check_output)
-        rows = m._batch_size() if step is None else len(m._offsets)
-        steps = _basis_steps(m, flat, w, step, rows)
-        values = _basis_values(flat, m._offsets, steps, w, rows)[..., 0]  # (k, x.size)
-        x_bar = _divide(_combine(m._weights, values), steps)
+        x_bar = _in_domain(m, lambda method: _per_coordinate(method, flat, w, step), _held(flat.x_host))
         return tuple(layout.unflatten(part, "tangent", np) for layout, part in _split(x_bar, args))

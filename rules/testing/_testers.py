@@ -27,6 +27,7 @@ from .._notimplemented import NotImplementedTangent
 from .._primitive import Primitive, unwrap
 from .._projection import is_differentiable_leaf, tangent_dtype
 from .._registry import frule, function_name, rrule
+from .._via_ad import frule_via_ad, rrule_via_ad
 from .._lowering import _tangent_leaves, conj_tree, lowered_rules
 from .._thunks import AbstractThunk, InplaceableThunk, Thunk, unthunk
 from .._zeros import AbstractZero, NoTangent, ZeroTangent
@@ -46,14 +47,18 @@ from ._compare import (
     test_approx,
     without_not_implemented,
 )
-from ._finite_differences import FDMethod, _fd_inner_jvps, _fd_jvps, _x64, central_fdm, fd_jacobian, fd_vjp
+from ._finite_differences import (
+    FDMethod, _fd_inner_jvps, _fd_jvp_by_coordinates, _fd_jvps, _x64, central_fdm, fd_jacobian, fd_vjp,
+)
 
 __all__ = ["RuleReport", "test_rrule", "test_frule", "test_scalar"]
 
-# Input elements up to which "auto" computes the full J^T y_bar (per-coordinate differences
-# cost n evaluations of f: above ~100 elements more than 3x jax.test_util.check_grads, while
-# fast mode stays below 2.5x and still detects 1e-7 relative errors).
-EXACT_MODE_LIMIT = 100
+# Input elements up to which "auto" computes the full J^T y_bar, compared entry by entry (an
+# error in one entry is seen at its own size; fast mode sees it diluted by the input's size).
+# Per-coordinate differences cost ~11 n evaluations of f in one batch: cheap up to a few
+# hundred elements (benchmarks/testers.py), while fast mode stays below 3x
+# jax.test_util.check_grads on large inputs and still detects 1e-7 relative errors.
+EXACT_MODE_LIMIT = 256
 # Input elements up to which the rule is evaluated as one compiled program: its random seed
 # y_bar is made while tracing, a constant of the program (larger ones run eagerly).
 COMPILED_LIMIT = 2048
@@ -75,6 +80,9 @@ class RuleReport:
 
 # The function under test, so that messages name its parameters ("argument 1 (x)").
 _tested: contextvars.ContextVar[Any] = contextvars.ContextVar("rules_tested", default=None)
+# Whether it is checked through JAX's own derivative (a jax.custom_vjp, custom_jvp or plain
+# JAX function, no rule of ours), so that a fix names what to change there.
+_via_jax: contextvars.ContextVar[bool] = contextvars.ContextVar("rules_via_jax", default=False)
 
 
 def _arg(index: int, path: str = "") -> str:
@@ -113,8 +121,26 @@ def _unpack(args: tuple, seed: int) -> tuple[tuple, tuple]:
             tangents.append(a.tangent)
         else:
             primals.append(a)
-            tangents.append(rand_tangent(a, seed=rng))
+            tangents.append(_held_zero(rand_tangent(a, seed=rng), a))
     return tuple(primals), tuple(tangents)
+
+
+def _held_zero(t: Any, primal: Any) -> Any:
+    """`t` with zeros where `primal` is infinite or NaN: finite differences hold those
+    entries constant, so no direction moves them and no cotangent of them is compared."""
+
+    def zero(leaf_t, leaf):
+        if not is_differentiable_leaf(leaf) or isinstance(leaf_t, (AbstractZero, NotImplementedTangent)):
+            return leaf_t
+        finite = np.isfinite(np.asarray(leaf))
+        if finite.all():
+            return leaf_t
+        return np.where(finite, np.asarray(leaf_t), 0).astype(np.asarray(leaf_t).dtype)
+
+    try:
+        return jax.tree_util.tree_map(zero, t, primal)
+    except (ValueError, TypeError):  # not shaped like the primal (NoTangent, a Tangent): as it is
+        return t
 
 
 def _upcast(tree: Any) -> Any:
@@ -208,6 +234,8 @@ class _Problem:
 
     def __init__(self, f: Callable, primals: tuple, tangents: tuple, fkwargs: dict, f_dot: Any = NoTangent()):
         self.f, self.primals, self.fkwargs = f, primals, fkwargs
+        # f has no rules: JAX differentiates f itself (its custom_vjp / custom_jvp, or its code)
+        self.plain = not isinstance(f, Primitive) and not (_has(rrule, f, primals) or _has(frule, f, primals))
         self.f_perturbed = _perturbable(f) and not isinstance(f_dot, NoTangent)
         self.index = ([-1] if self.f_perturbed else []) + [
             i for i, (x, t) in enumerate(zip(primals, tangents)) if _perturbable(x) and not isinstance(t, NoTangent)
@@ -340,8 +368,11 @@ def _host(x: Any) -> Any:
     return np.asarray(x) if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer) else x
 
 
-def _check_close(tester, name, what, got, expected, rtol, atol, argument=None) -> float:
-    worst, bad = compare_trees(got, expected, rtol, atol)
+def _check_close(tester, name, what, got, expected, rtol, atol, argument=None, entrywise=False) -> float:
+    """Fail unless `got` matches `expected` leaf by leaf; NaN where both have it matches (the
+    same value computed twice, or an entry neither the rule nor the differences define).
+    `entrywise`: by the largest entry, not the 2-norm (`_compare._leaf_error`)."""
+    worst, bad = compare_trees(got, expected, rtol, atol, equal_nan=True, entrywise=entrywise)
     if bad:
         g = dict((jax.tree_util.keystr(p), v) for p, v in jax.tree_util.tree_flatten_with_path(got)[0])
         e = dict((jax.tree_util.keystr(p), v) for p, v in jax.tree_util.tree_flatten_with_path(expected)[0])
@@ -374,8 +405,10 @@ def _check_dtypes(tester, name, t, primal, index) -> None:
                 argument=_arg(index, path),
                 expected=f"shape {want_shape}, dtype {want_dtype}",
                 got=f"shape {np.shape(part)}, dtype {got_dtype}",
-                fix="project it: `project_x = ProjectTo(x)` in the rule, `project_x(dx)` in the pullback "
-                "(sums broadcast dimensions? reduce them first)",
+                fix=("return it in its primal's dtype from the custom rule (`g.astype(x.dtype)` in a "
+                     "custom_vjp's bwd or a custom_jvp's rule): JAX does not check it" if _via_jax.get() else
+                     "project it: `project_x = ProjectTo(x)` in the rule, `project_x(dx)` in the pullback "
+                     "(sums broadcast dimensions? reduce them first)"),
             )
 
 
@@ -496,6 +529,11 @@ def test_rrule(
 ) -> RuleReport:
     """Check the rrule of `f` at `args` against finite differences and through JAX.
 
+    `f` is a `rules.primitive` (or a function with a registered rrule), or any JAX function:
+    one with no rrule of ours (a `jax.custom_vjp`, a `jax.custom_jvp`, plain JAX code) has
+    JAX's own `jax.vjp` checked, so its custom rule, with the same checks (the report's kind
+    is "jax.vjp"); forward mode is checked where JAX has it, not through a
+    `jax.custom_vjp`.
     Arguments may be marked `with_tangent(x, x_dot)`; `with_tangent(n, NoTangent())`
     marks an argument not to be differentiated, and its cotangent must then be
     `NoTangent()`. `f` may be marked too: a callable with differentiable fields (a
@@ -504,16 +542,25 @@ def test_rrule(
     `f_bar = NoTangent()`. Checks: a rule applies; its primal equals `f(*args)`; the
     pullback returns `1 + nargs` cotangents; arguments that cannot or must not be perturbed
     get `NoTangent()` (not `ZeroTangent()`); each cotangent has its primal's shape and dtype
-    and matches finite differences (mode "exact": the full `J^T y_bar`; "fast":
-    `<y_bar, J x_dot>` against `<x_bar, x_dot>` along one direction per argument, the
-    rule's own cotangent plus a random direction, each one finite difference of a scalar;
-    "auto": exact up to 100 input elements); a thunked seed gives the same cotangents;
+    and matches finite differences (mode "exact": the full `J^T y_bar`, entry by entry,
+    so that an error in any one entry shows at its own size (1e-7 of the largest entry in
+    float64, 1e-4 in float32); "fast": `<y_bar, J x_dot>` against `<x_bar, x_dot>` along
+    one direction per argument, the rule's own cotangent plus a random direction, each one
+    finite difference of a scalar: it sees a relative error of the whole cotangent down to
+    ~1e-7 in float64, and an error in one entry of n only diluted to about 1/n of it;
+    "auto": exact up to 256 input elements, fast above); a thunked seed gives the same cotangents;
     `InplaceableThunk`s agree; and the lowered primitive's `jax.vjp` equals the pullback
     under `jax.jit` (eagerly with `check_jit=False`) and under `jax.vmap` (batched equals
     looped). A
     `NotImplementedTangent` (`rules.not_implemented`) is not checked, as ChainRulesTestUtils
     marks it broken rather than failed. float32 rules are differenced in float64 with looser
-    default tolerances. `rrule_f(f, *args, **fkwargs)` replaces `rules.rrule`, e.g.
+    default tolerances. Finite differences stay in f's domain: where a central stencil gives
+    a non-finite value at a finite point, shorter spans and then one-sided stencils are
+    used; infinite and NaN inputs are held constant (their cotangents are not compared);
+    where the rule differs from the central estimate, each entry is also compared with the
+    forward and backward ones (a point where f is not smooth, such as Huber's loss at
+    delta). For f computed by an iterative solver to a tolerance, give `rtol` near it and
+    `fdm=central_fdm(5, 1, factor=...)` raised for f's noise. `rrule_f(f, *args, **fkwargs)` replaces `rules.rrule`, e.g.
     `rules.rrule_via_ad` to check JAX's own derivative in ChainRules' conventions. With
     `check_jit` (the default) the rule is evaluated as one compiled program, traced on every
     call (the code as it is now is what is checked); only its compilation is reused, by a
@@ -544,11 +591,16 @@ def test_rrule(
     _tested.set(f)
     tester, name = "test_rrule", function_name(f)
     primals, tangents = _unpack(args, seed)
-    if rrule_f is None and not _has(rrule, f, primals):
+    via_jax = rrule_f is None and not _has(rrule, f, primals)
+    if via_jax and isinstance(f, Primitive):
         _fail(tester, name, "no rrule applies",
               got="arguments of types (" + ", ".join(type(x).__name__ for x in primals) + ")",
               fix=f"register one with `@rules.rrule.register({name})` (or `@{name}.rrule`)")
+    _via_jax.set(via_jax)
+    if via_jax:  # a JAX function (jax.custom_vjp, custom_jvp, plain): JAX's own jax.vjp is checked
+        rrule_f = _jax_rrule
     problem = _Problem(f, primals, tangents, fkwargs, f_dot)
+    reverse_only = problem.plain and _reverse_only(problem)
     spec = _RruleSpec(name, f, rrule_f, seed, tuple(problem.index), check_thunked_output_tangent)
     evaluate = functools.partial(_rrule_body, spec)
     compiled = check_jit and problem.size() <= COMPILED_LIMIT
@@ -556,7 +608,7 @@ def test_rrule(
     in_program = None
     if compiled and problem.index and not _unlowered(f, problem):
         in_program = functools.partial(_rrule_body, spec._replace(lowered=_InProgram(
-            _primitive_for(problem.f), check_vmap, not with_frule)))
+            _primitive_for(problem), check_vmap, not with_frule and not reverse_only)))
     ev = _evaluate(evaluate, (primals, fkwargs, output_tangent, dict(zip(problem.index, problem.tangents))),
                    compiled, in_program)
     y, y_bar_dense, dense, masks, broken = ev["y"], ev["y_bar_dense"], ev["dense"], ev["masks"], ev["broken"]
@@ -585,17 +637,25 @@ def test_rrule(
     checked = problem.without(set(broken) | (set(masks) if use_mode == "fast" else set()))
     if checked.index:
         args64, y_bar64 = _upcast(checked.args), _upcast(y_bar_dense)
+        # the rule's cotangents as finite differences can check them (held entries zero)
+        fd_dense = {i: _held_zero(ct, problem.primal(i)) if i in checked.index else ct for i, ct in dense.items()}
         try:
             if use_mode == "exact":
                 expected = fd_vjp(m, checked.raw_fn, y_bar64, args64)
+                got_all = tuple(fd_dense[i] for i in checked.index)
+                if compare_trees(got_all, expected, rtol, atol, True, True)[1]:  # f not smooth here? (a C1 joint)
+                    expected, sided = _nearest_sided(got_all, expected, [
+                        fd_vjp(other, checked.raw_fn, y_bar64, args64) for other in _sided(m)])
+                    if sided:
+                        checks.append(f"one-sided finite differences at {sided} entries (f is not smooth there)")
                 for i, exp in zip(checked.index, expected):
-                    got, x = dense[i], problem.primal(i)
+                    got, x = fd_dense[i], problem.primal(i)
                     if i in masks:
                         got, exp = mask_leaves(got, masks[i], x), mask_leaves(exp, masks[i], x)
                     worst = max(worst, _check_close(tester, name, "cotangent does not match finite differences",
-                                                    got, exp, rtol, atol, _arg(i)))
+                                                    got, exp, rtol, atol, _arg(i), entrywise=True))
             else:
-                worst = _fast_check(tester, name, checked, m, args64, y_bar64, dense, rtol, atol)
+                worst = _fast_check(tester, name, checked, m, args64, y_bar64, fd_dense, rtol, atol)
         except AssertionError:
             if compiled:  # a rule wrong only when traced is reported as that
                 eager = evaluate(primals, fkwargs, output_tangent)["dense"]
@@ -613,7 +673,11 @@ def test_rrule(
                          1e-12, 1e-14, _arg(i))
         checks.append("thunked seed")
 
-    modes = "fwd+rev" if with_frule else ""
+    modes = "fwd+rev" if with_frule else ("rev" if reverse_only else "")
+    if via_jax:
+        checks.insert(0, "JAX's own derivative (jax.vjp; f has no rrule)")
+    if reverse_only:
+        checks.append("forward mode not checked: f calls a jax.custom_vjp, which JAX has no forward mode for")
     lowered = problem.without(set(broken) | set(masks))  # JAX would raise on a NotImplementedTangent
     done = ev.get("lowered")  # evaluated in the rule's program, for these slots
     variants, by_transposition = (done[1], done[2]) if done and done[0] == tuple(lowered.index) else (None, None)
@@ -627,7 +691,8 @@ def test_rrule(
                                check_jit, by_transposition)
             checks += forward
             modes = "fwd+rev" if forward else "rev"
-    return RuleReport(name, "rrule", use_mode, worst, tuple(checks), time.perf_counter() - start, modes or "rev")
+    kind = "jax.vjp" if via_jax else "rrule"
+    return RuleReport(name, kind, use_mode, worst, tuple(checks), time.perf_counter() - start, modes or "rev")
 
 
 def _lowered(tester, name, check, *args) -> list[str]:
@@ -707,6 +772,40 @@ def _fast_check(tester, name, problem, m, args64, y_bar64, dense, rtol, atol) ->
               expected=f"<y_bar, J x_dot> = {lhs:.12g} (finite differences)",
               got=f"<x_bar, x_dot> = {rhs:.12g} from the rule (relative error {err:.3g}; rtol={rtol:g})")
     return worst
+
+
+def _sided(m: FDMethod) -> list[FDMethod]:
+    """The forward and backward methods of a central method's order (none otherwise)."""
+    if m.kind != "central":
+        return []
+    return [FDMethod(kind, m.p, m.q, m.adapt, m.max_range, m.factor) for kind in ("forward", "backward")]
+
+
+def _nearest_sided(got: Any, central: Any, sided: list) -> tuple[Any, int]:
+    """Where a central estimate differs from the rule, f may not be smooth at the point (a
+    C1 joint: Huber's loss at delta; a kink, where the rule gives a one-sided derivative, as
+    JAX's relu does). Each entry becomes whichever of the central, forward and backward
+    estimates is nearest to the rule's, and the count of one-sided entries is returned. At
+    a point where f is smooth the three agree to far below any tolerance, so a wrong rule
+    is as far from each; where f is not, the rule must still equal one of them."""
+    count = [0]
+
+    def nearest(g, c, *others):
+        if not is_differentiable_leaf(c):
+            return c
+        g, best = np.asarray(g, np.complex128), np.asarray(c)
+        for o in others:
+            best = np.where(np.abs(g - np.asarray(o)) < np.abs(g - best), o, best)
+        count[0] += int(np.sum(best != np.asarray(c)))
+        return best
+
+    if not sided:
+        return central, 0
+    try:
+        out = jax.tree_util.tree_map(nearest, got, central, *sided)
+    except (ValueError, TypeError):  # structures differ (non-numeric leaves): the central estimate
+        return central, 0
+    return out, count[0]
 
 
 def _check_arity(tester, name, cts, nargs) -> tuple:
@@ -866,9 +965,50 @@ def _variants_at(run: Callable, vmap: bool, full, fkwargs, args, other, seed: in
     return run(full, fkwargs, args, other, _slice(args_b, axes, 1), _slice(other_b, other_axes, 1), args_b, other_b)
 
 
-def _primitive_for(f: Any) -> Any:
-    """The primitive of `f`: f itself, or one made for a function with registered rules."""
-    return f if isinstance(f, Primitive) else Primitive(f)
+def _apply(f: Any, *args: Any, **kwargs: Any) -> Any:
+    return f(*args, **kwargs)
+
+
+def _jax_rrule(f: Any, *args: Any, **kwargs: Any) -> tuple:
+    """JAX's own `jax.vjp` of `f(*args)` as an rrule (ChainRules' conventions), the fields of
+    a callable pytree f included (its f_bar), whatever rules are registered."""
+    y, pullback = rrule_via_ad(_apply, f, *args, **kwargs)
+    return y, lambda y_bar: pullback(y_bar)[1:]
+
+
+def _jax_frule(tangents: tuple, f: Any, *args: Any, **kwargs: Any) -> tuple:
+    """JAX's own `jax.jvp` of `f(*args)` as an frule (`tangents[0]`: f's own tangent)."""
+    return frule_via_ad((NoTangent(), *tangents), _apply, f, *args, **kwargs)
+
+
+def _primitive_for(problem: _Problem) -> Any:
+    """What JAX differentiates in the lowered checks: the primitive, one made for a function
+    with registered rules, or, for a function checked through JAX's own derivative
+    (`problem.plain`), the function itself."""
+    f = problem.f
+    return f if isinstance(f, Primitive) or problem.plain else Primitive(f)
+
+
+def _reverse_only(problem: _Problem) -> bool:
+    """Whether JAX has no forward mode for f here: its jaxpr at these arguments calls a
+    `jax.custom_vjp` (jax.jvp of one raises; it is not a fault of the rule)."""
+    try:
+        closed = jax.make_jaxpr(problem.raw_fn)(*problem.args)
+    except Exception:  # noqa: BLE001 - not traceable: the checks that trace it report why
+        return False
+    return _calls_custom_vjp(closed.jaxpr)
+
+
+def _calls_custom_vjp(jaxpr: Any) -> bool:
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name.startswith("custom_vjp"):
+            return True
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (tuple, list)) else (param,):
+                inner = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr's jaxpr, or a Jaxpr
+                if hasattr(inner, "eqns") and _calls_custom_vjp(inner):
+                    return True
+    return False
 
 
 def _check_variants(tester, problem, what, other, against_rule, check_jit, check_vmap,
@@ -888,7 +1028,7 @@ def _check_variants(tester, problem, what, other, against_rule, check_jit, check
     step, evaluated in the rule's program (`_lowered_in_program`).
     """
     label = f"jax.jit(jax.{what})" if check_jit else f"jax.{what}"
-    spec = _VariantsSpec(what, _primitive_for(problem.f), tuple(problem.index), check_vmap, check_jit)
+    spec = _VariantsSpec(what, _primitive_for(problem), tuple(problem.index), check_vmap, check_jit)
     run = _variants_runner(spec)
     full, fkwargs, args = problem.primals, problem.fkwargs, problem.args
     if not check_vmap:
@@ -933,7 +1073,7 @@ def _check_forward_by_transposition(tester, name, problem, y_bar_dense, y, dense
             return []
         y_dot = done[1]
     else:
-        run = _variants_runner(_VariantsSpec("jvp", _primitive_for(problem.f), tuple(problem.index), False, check_jit))
+        run = _variants_runner(_VariantsSpec("jvp", _primitive_for(problem), tuple(problem.index), False, check_jit))
         try:
             _, y_dot = run(problem.primals, problem.fkwargs, problem.args, problem.tangents)
         except ForwardModeError:
@@ -998,6 +1138,12 @@ def test_frule(
 ) -> RuleReport:
     """Check the frule of `f` at `args` against finite differences and through JAX.
 
+    `f` is a `rules.primitive` (or a function with a registered frule), or any JAX function
+    with forward mode: one with no frule of ours (a `jax.custom_jvp`, plain JAX code) has
+    JAX's own `jax.jvp` checked (kind "jax.jvp"); a function calling a `jax.custom_vjp`,
+    which JAX has no forward mode for, fails saying so. Finite differences stay in f's
+    domain as in `test_rrule`; up to 100 input elements `J x_dot` is differenced with a step
+    per input coordinate.
     Checks: a rule applies; its primal equals `f(*args)`; the tangent has the output's
     shape and dtype and matches `fd_jvp`; an `InplaceableThunk` tangent's `add_fn(acc)`
     equals `acc + val`; where the primitive is lowered through `jax.custom_jvp` (no
@@ -1029,11 +1175,20 @@ def test_frule(
     _tested.set(f)
     tester, name = "test_frule", function_name(f)
     primals, tangents = _unpack(args, seed)
-    if frule_f is None and not _has(frule, f, primals):
+    via_jax = frule_f is None and not _has(frule, f, primals)
+    if via_jax and isinstance(f, Primitive):
         _fail(tester, name, "no frule applies",
               got="arguments of types (" + ", ".join(type(x).__name__ for x in primals) + ")",
               fix=f"register one with `@rules.frule.register({name})` (or `@{name}.frule`)")
     problem = _Problem(f, primals, tangents, fkwargs, f_dot)
+    _via_jax.set(via_jax)
+    if via_jax:  # a JAX function (jax.custom_jvp, plain): JAX's own jax.jvp is checked
+        if _reverse_only(problem):
+            _fail(tester, name, "f calls a jax.custom_vjp, and JAX has no forward mode for it (jax.jvp raises)",
+                  expected="a function with forward mode: a jax.custom_jvp, plain JAX code, or a primitive "
+                  "with an frule", got="a jax.custom_vjp inside f",
+                  fix=f"check its reverse mode with `test_rrule({name}, ...)`")
+        frule_f = _jax_frule
     given = (f_dot if problem.f_perturbed else NoTangent(), *tangents)
     spec = _FruleSpec(name, f, frule_f, seed, tuple(problem.index), _has(rrule, f, primals))
     evaluate = functools.partial(_frule_body, spec)
@@ -1044,7 +1199,7 @@ def test_frule(
     in_program = None
     if compiled and problem.index and by_custom_jvp:
         in_program = functools.partial(_frule_body, spec._replace(lowered=_InProgram(
-            _primitive_for(problem.f), check_vmap, False)))
+            _primitive_for(problem), check_vmap, False)))
     ev = _evaluate(evaluate, (primals, given, fkwargs, problem.tangents), compiled, in_program)
     y, mask, y_dot_dense = ev["y"], ev["mask"], ev["y_dot_dense"]
     try:
@@ -1064,14 +1219,21 @@ def test_frule(
         d_rtol, d_atol = default_tolerance(primals, y)
         rtol, atol = (d_rtol if rtol is None else rtol), (d_atol if atol is None else atol)
     if problem.index and not (mask and all(mask)):
-        # where test_rrule's exact check of f compiles the same evaluation of f, share it
-        share = spec.transposable and problem.size() <= EXACT_MODE_LIMIT
-        expected = _fd_jvps("fd_jvp", fdm or _DEFAULT_FDM, problem.raw_fn, _upcast(problem.args),
-                            [_upcast(problem.tangents)], None, share_rows=share)[0]
+        m, args64, tangents64 = fdm or _DEFAULT_FDM, _upcast(problem.args), _upcast(problem.tangents)
+        if problem.size() <= EXACT_MODE_LIMIT:  # a step per coordinate, as test_rrule's exact check
+            expected = _fd_jvp_by_coordinates(m, problem.raw_fn, args64, tangents64)
+            got = mask_leaves(y_dot_dense, mask, y)
+            if compare_trees(got, mask_leaves(expected, mask, y), rtol, atol, True, True)[1]:  # not smooth here?
+                expected, sided = _nearest_sided(got, expected, [
+                    _fd_jvp_by_coordinates(other, problem.raw_fn, args64, tangents64) for other in _sided(m)])
+                if sided:
+                    checks.append(f"one-sided finite differences at {sided} entries (f is not smooth there)")
+        else:
+            expected = _fd_jvps("fd_jvp", m, problem.raw_fn, args64, [tangents64], None)[0]
         try:
             worst = _check_close(tester, name, "tangent does not match finite differences",
                                  mask_leaves(y_dot_dense, mask, y), mask_leaves(expected, mask, y),
-                                 rtol, atol, "the output")
+                                 rtol, atol, "the output", entrywise=problem.size() <= EXACT_MODE_LIMIT)
         except AssertionError:
             if compiled:  # a rule wrong only when traced is reported as that
                 eager = evaluate(primals, given, fkwargs)["y_dot_dense"]
@@ -1088,7 +1250,9 @@ def test_frule(
         if ev["transposed"] is not None:
             checks += _check_transposition(tester, name, problem, ev["transposed"], y_dot_dense, rtol, atol)
     modes = "fwd+rev"  # an frule serves forward mode; JAX transposes it or uses an rrule in reverse
-    return RuleReport(name, "frule", "exact", worst, tuple(checks), time.perf_counter() - start, modes)
+    if via_jax:
+        checks.insert(0, "JAX's own derivative (jax.jvp; f has no frule)")
+    return RuleReport(name, "jax.jvp" if via_jax else "frule", "exact", worst, tuple(checks), time.perf_counter() - start, modes)
 
 
 def _transposition_cotangents(spec: _FruleSpec, ps: tuple, fkwargs: dict, y: Any) -> Any:
