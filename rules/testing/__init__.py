@@ -4,15 +4,15 @@ Importing a tester into a test module is safe: every tester carries `__test__ = 
 pytest never collects `test_rrule` itself as a test.
 """
 
-# Finite differences
-from ._finite_differences import FDMethod as FDMethod
-from ._finite_differences import backward_fdm as backward_fdm
-from ._finite_differences import central_fdm as central_fdm
-from ._finite_differences import extrapolate_fdm as extrapolate_fdm
+# Finite-difference methods (FiniteDifferences.jl's) and finite differences of pytree functions
+from ._fdm import FDMethod as FDMethod
+from ._fdm import backward_fdm as backward_fdm
+from ._fdm import central_fdm as central_fdm
+from ._fdm import extrapolate_fdm as extrapolate_fdm
 from ._finite_differences import fd_jacobian as fd_jacobian
 from ._finite_differences import fd_jvp as fd_jvp
 from ._finite_differences import fd_vjp as fd_vjp
-from ._finite_differences import forward_fdm as forward_fdm
+from ._fdm import forward_fdm as forward_fdm
 from ._finite_differences import to_vec as to_vec
 
 # Testers

@@ -340,15 +340,7 @@ def test_approx(actual: Any, expected: Any, msg: str = "", *, rtol: float | None
     """
     actual, expected = unthunk(actual), unthunk(expected)
     if isinstance(actual, NotImplementedTangent) or isinstance(expected, NotImplementedTangent):
-        # a derivative the rule says it does not implement: ChainRulesTestUtils marks the
-        # comparison broken, not failed; two of them must be the same one
-        if isinstance(actual, NotImplementedTangent) and isinstance(expected, NotImplementedTangent):
-            if (actual.info, actual.source) != (expected.info, expected.source):
-                raise AssertionError(
-                    "test_approx: two different NotImplementedTangents" + (f": {msg}" if msg else "")
-                    + f"\n  expected: {expected!r}\n  got:      {actual!r}"
-                )
-        return
+        return _not_implemented_alike(actual, expected, msg)
     if isinstance(expected, (Tangent, AbstractZero)) and not isinstance(actual, (Tangent, AbstractZero)):
         actual, expected = expected, actual
     if isinstance(expected, AbstractZero) and isinstance(actual, AbstractZero):
@@ -359,6 +351,14 @@ def test_approx(actual: Any, expected: Any, msg: str = "", *, rtol: float | None
             for key, value in tangent.items():
                 test_approx(value, ZeroTangent(), f"{msg} (field {key!r})".strip(), rtol=rtol, atol=atol)
             return
+    if isinstance(actual, Tangent) and not isinstance(expected, Tangent) and _is_node(expected):
+        # a Tangent against a plain pytree: only of the pytree's own type (ChainRulesTestUtils:
+        # a tuple is not a Tangent of a NamedTuple or a struct)
+        if not isinstance(expected, actual.primal_type) or type(expected) is not actual.primal_type:
+            raise AssertionError(
+                "test_approx: a Tangent of another type" + (f": {msg}" if msg else "")
+                + f"\n  expected: {type(expected).__name__} {expected!r}\n  got:      {actual!r}"
+            )
     like = expected
     if isinstance(expected, Tangent):  # both Tangents: compare field by field
         if not isinstance(actual, Tangent) or actual.primal_type is not expected.primal_type:
@@ -390,6 +390,22 @@ def test_approx(actual: Any, expected: Any, msg: str = "", *, rtol: float | None
             + f"\n  expected: {_show(e_leaf[bad[0]])}\n  got:      {_show(a_leaf[bad[0]])}"
             + f"\n  (rtol={rtol:g}, atol={atol:g})"
         )
+
+
+def _not_implemented_alike(actual: Any, expected: Any, msg: str) -> None:
+    """A derivative the rule says it does not implement: ChainRulesTestUtils marks the
+    comparison broken, not failed; two of them must be the same one."""
+    if isinstance(actual, NotImplementedTangent) and isinstance(expected, NotImplementedTangent):
+        if (actual.info, actual.source) != (expected.info, expected.source):
+            raise AssertionError(
+                "test_approx: two different NotImplementedTangents" + (f": {msg}" if msg else "")
+                + f"\n  expected: {expected!r}\n  got:      {actual!r}"
+            )
+
+
+def _is_node(x: Any) -> bool:
+    """Whether x is a pytree container (a tuple, list, dict, registered class), not a leaf."""
+    return not jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(x)) or isinstance(x, (tuple, list, dict))
 
 
 test_approx.__test__ = False  # type: ignore[attr-defined]

@@ -57,12 +57,7 @@ def _quick_options() -> dict[str, Any]:
 
 def _accepted(options: dict[str, Any]) -> dict[str, Any]:
     """The entries of `options` with which XLA compiles a small program: XLA renames and
-    retires its debug options between releases (an unknown one is an error), and
-    `jax.jit` takes `compiler_options` from JAX 0.4.36 on."""
-    import inspect
-
-    if "compiler_options" not in inspect.signature(jax.jit).parameters:
-        return {}
+    retires its debug options between releases (an unknown one is an error)."""
     lowered = jax.jit(lambda x: x + 1).lower(np.float32(0))
     try:
         lowered.compile(compiler_options=options)
@@ -233,26 +228,16 @@ def _signature(args: tuple) -> tuple:
 
 
 class jit:
-    """`jax.jit(fn)` for a check, with `jax.jit`'s own reuse for this one function object (a
-    trace per argument signature, kept while the object lives) and, across objects, the
-    reuse of `compiled`: a new function object that traces to the same program runs the
-    kept executable. On CPU, small inputs compile with `_QUICK_OPTIONS`.
-
-    A check runs each program a few times, on tiny inputs in most checks, where compiling is
-    nearly all of the cost. The quick options keep XLA's passes over the program (what it
-    computes, and in which precision) and change how the CPU code is generated: no LLVM
-    optimization of it, XLA's elemental loop emitter for fused element-wise code instead of
-    the fusion emitters, and the module generated in one piece. Compiling the library's
-    check programs takes 2.5x less time that way (`benchmarks/check.py`); a result may
-    differ from the default compilation's in the last bits of a transcendental function,
-    far below any tester's tolerance. From `_OPTIMIZED_FROM` input elements on, running the
-    code is what costs, and it is compiled as usual (the unoptimized code of an exact check
-    at 10^4 elements runs 4x slower). Other backends compile as usual. An option this XLA
-    does not know is left out (`_quick_options`).
-
-    Only functions whose behaviour is fixed when made may be wrapped (the finite
-    differences' evaluations of one traced jaxpr): like `jax.jit`, a second call with the
-    same signature does not run `fn` again.
+    """`jax.jit(fn)` for a check: `jax.jit`'s own reuse for this function object (a trace per
+    argument signature, kept while the object lives, so only functions whose behaviour is
+    fixed when made may be wrapped: the finite differences' evaluations of one traced
+    jaxpr) and, across objects, `compiled`'s: another object that traces to the same
+    program runs the kept executable. Small programs on CPU compile with `_QUICK_OPTIONS`:
+    XLA's passes over the program are kept (what it computes, in which precision); the CPU
+    code is generated without LLVM optimization, by the elemental loop emitter, in one
+    module, 2.5x faster to compile (`benchmarks/check.py`) and equal to the last bits of a
+    transcendental function. From `_OPTIMIZED_FROM` input elements on, running costs more
+    than compiling, and the default options are used.
     """
 
     def __init__(self, fn: Callable):

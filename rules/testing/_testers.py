@@ -469,7 +469,22 @@ def _slot(f: Any, ps: tuple, i: int) -> Any:
     return f if i < 0 else ps[i]
 
 
-def _rrule_body(spec: _RruleSpec, ps: tuple, fkwargs: dict, output_tangent: Any, tangents: dict | None = None) -> dict:
+class _RruleResult(NamedTuple):
+    """What `_rrule_body` computed (a pytree: it comes out of the compiled program)."""
+
+    y: Any  # the rule's primal output
+    y_expected: Any  # f(*args) itself
+    y_bar_dense: Any  # the seed, dense
+    dense: dict  # slot -> the cotangent, dense (NotImplemented leaves zero)
+    masks: dict  # slot -> which leaves are NotImplemented, for a slot partly so
+    broken: list  # slots wholly NotImplemented
+    inplace: list  # (slot, path, add_fn(acc), acc + val) per InplaceableThunk
+    again: dict  # slot -> the cotangent for a thunked seed
+    lowered: tuple | None = None  # the lowered primitive's checks (`_lowered_in_program`)
+
+
+def _rrule_body(spec: _RruleSpec, ps: tuple, fkwargs: dict, output_tangent: Any,
+                tangents: dict | None = None) -> _RruleResult:
     """The rrule, its pullback and the checks of their conventions (types, arity, shapes and
     dtypes); what needs values comes back, as dense arrays, to be compared by `test_rrule`.
     With `spec.lowered`, the lowered primitive's checks too (`tangents`: the dense tangent
@@ -478,8 +493,8 @@ def _rrule_body(spec: _RruleSpec, ps: tuple, fkwargs: dict, output_tangent: Any,
     y, pullback = _call_rule(tester, name, "rrule", lambda: (spec.rrule_f or rrule)(f, *ps, **fkwargs))
     y_bar = rand_tangent(y, seed=spec.seed + 1) if output_tangent is None else output_tangent
     cts = _check_arity(tester, name, pullback(y_bar), len(ps))
-    out = dict(y=y, y_expected=unwrap(f)(*ps, **fkwargs), y_bar_dense=dense_like(y_bar, y),
-               dense={}, masks={}, broken=[], inplace=[], again={})
+    out: dict = dict(y=y, y_expected=unwrap(f)(*ps, **fkwargs), y_bar_dense=dense_like(y_bar, y),
+                     dense={}, masks={}, broken=[], inplace=[], again={})
     for i in range(-1, len(ps)):
         x, ct = _slot(f, ps, i), cts[1 + i]
         if i not in spec.indices:
@@ -507,7 +522,7 @@ def _rrule_body(spec: _RruleSpec, ps: tuple, fkwargs: dict, output_tangent: Any,
         idx = tuple(i for i in spec.indices if i not in out["broken"] and i not in out["masks"])
         out["lowered"] = _lowered_in_program(spec.lowered, "vjp", ps, fkwargs, idx, out["y_bar_dense"],
                                              tangents or {}, spec.seed)
-    return out
+    return _RruleResult(**out)
 
 
 # ----- test_rrule -----------------------------------------------------------------------------
@@ -586,113 +601,173 @@ def test_rrule(
 
     See also: `test_frule`, `test_scalar`, `with_tangent`, `test_approx`.
     """
-    start = time.perf_counter()
+    run = _RruleTest(f, args, fkwargs, output_tangent=output_tangent, rtol=rtol, atol=atol, fdm=fdm,
+                     check_jit=check_jit, check_vmap=check_vmap, check_thunked=check_thunked_output_tangent,
+                     mode=mode, seed=seed, rrule_f=rrule_f)
+    run.check_primal()
+    run.check_inplaceable_thunks()
+    run.check_finite_differences()
+    run.check_thunked_seed()
+    run.check_lowered()
+    return run.report()
+
+
+class _RruleTest:
+    """One `test_rrule` call: the problem, the rule evaluated (`_RruleResult`), and the
+    checks so far; each `check_*` method is one named check, as in ChainRulesTestUtils."""
+
+    tester = "test_rrule"
+
+    def __init__(self, f, args, fkwargs, *, output_tangent, rtol, atol, fdm, check_jit, check_vmap,
+                 check_thunked, mode, seed, rrule_f):
+        self.start = time.perf_counter()
+        f, f_dot, primals, tangents, self.via_jax = _start(self.tester, rrule, f, args, seed, rrule_f)
+        self.f, self.name, self.seed = f, function_name(f), seed
+        self.check_jit, self.check_vmap, self.check_thunked = check_jit, check_vmap, check_thunked
+        # a JAX function (jax.custom_vjp, custom_jvp, plain) has JAX's own jax.vjp checked
+        rrule_f = _jax_rrule if self.via_jax else rrule_f
+        self.problem = problem = _Problem(f, primals, tangents, fkwargs, f_dot)
+        self.reverse_only = problem.plain and _reverse_only(problem)
+        self.with_frule = _has(frule, f, primals)
+        self.spec = _RruleSpec(self.name, f, rrule_f, seed, tuple(problem.index), check_thunked)
+        self.compiled = check_jit and problem.size() <= COMPILED_LIMIT
+        self.inputs = (primals, fkwargs, output_tangent)
+        self.ev = self._evaluate()
+        self.rtol, self.atol = _tolerances(rtol, atol, primals, self.ev.y)
+        self.fdm = fdm or _DEFAULT_FDM
+        self.mode = ("exact" if problem.size() <= EXACT_MODE_LIMIT else "fast") if mode == "auto" else mode
+        if self.mode not in ("exact", "fast"):
+            raise ValueError(f"`test_rrule`: mode must be 'auto', 'exact' or 'fast'; got {mode!r}.")
+        self.checks: list[str] = ["JAX's own derivative (jax.vjp; f has no rrule)"] if self.via_jax else []
+        self.worst = 0.0
+
+    def _evaluate(self) -> _RruleResult:
+        """The rule in one compiled program, with the lowered primitive's checks in it where
+        they can be (`_evaluate`)."""
+        problem, in_program = self.problem, None
+        if self.compiled and problem.index and not _unlowered(self.f, problem):
+            in_program = functools.partial(_rrule_body, self.spec._replace(lowered=_InProgram(
+                _primitive_for(problem), self.check_vmap, not self.with_frule and not self.reverse_only)))
+        return _evaluate(functools.partial(_rrule_body, self.spec),
+                         (*self.inputs, dict(zip(problem.index, problem.tangents))), self.compiled, in_program)
+
+    def fail(self, what: str, **sections: Any) -> None:
+        _fail(self.tester, self.name, what, **sections)
+
+    def check_primal(self) -> None:
+        try:
+            test_approx(self.ev.y, self.ev.y_expected, rtol=self.rtol, atol=self.atol)
+        except AssertionError as err:
+            self.fail(f"the rrule's primal output differs from f(*args)\n{err}")
+        self.checks += ["primal", "arity", "dtypes"]  # arity and dtypes: checked in `_rrule_body`
+        if self.ev.broken or self.ev.masks:
+            self.checks.append("not implemented (not checked): "
+                               + ", ".join(_arg(i) for i in self.ev.broken + list(self.ev.masks)))
+
+    def check_inplaceable_thunks(self) -> None:
+        for i, path, added, plain in self.ev.inplace:
+            _check_close(self.tester, self.name, "InplaceableThunk: add_fn(acc) differs from acc + val",
+                         added, plain, 1e-10, 1e-12, _arg(i, path))
+
+    def check_finite_differences(self) -> None:
+        """The cotangents against finite differences of f in float64 (`mode`)."""
+        ev, problem = self.ev, self.problem
+        # fast mode probes whole arguments: one partly not implemented is left out
+        checked = problem.without(set(ev.broken) | (set(ev.masks) if self.mode == "fast" else set()))
+        if not checked.index:
+            return
+        args64, y_bar64 = _upcast(checked.args), _upcast(ev.y_bar_dense)
+        # the rule's cotangents as finite differences can check them (held entries zero)
+        got = {i: _held_zero(ev.dense[i], problem.primal(i)) for i in checked.index}
+        try:
+            if self.mode == "exact":
+                self._exact(checked, args64, y_bar64, got)
+            else:
+                self.worst = _fast_check(self.tester, self.name, checked, self.fdm, args64, y_bar64, got,
+                                         self.rtol, self.atol)
+        except AssertionError:
+            if self.compiled:  # a rule wrong only when traced is reported as that
+                eager = _rrule_body(self.spec, *self.inputs).dense
+                for i in ev.dense:
+                    _check_traced_like_eager(self.tester, self.name, "the pullback's cotangent", ev.dense[i],
+                                             eager[i], problem, ev.y, _arg(i))
+            raise
+        self.checks.append(f"finite differences ({self.mode})")
+
+    def _exact(self, checked: _Problem, args64: tuple, y_bar64: Any, got: dict) -> None:
+        """J^T y_bar entry by entry, one-sided estimates too where the central one differs."""
+        m, rtol, atol = self.fdm, self.rtol, self.atol
+        expected = fd_vjp(m, checked.raw_fn, y_bar64, args64)
+        got_all = tuple(got[i] for i in checked.index)
+        if compare_trees(got_all, expected, rtol, atol, True, True)[1]:  # f not smooth here? (a C1 joint)
+            expected, sided = _nearest_sided(got_all, expected, [
+                fd_vjp(other, checked.raw_fn, y_bar64, args64) for other in _sided(m)])
+            if sided:
+                self.checks.append(f"one-sided finite differences at {sided} entries (f is not smooth there)")
+        for i, exp in zip(checked.index, expected):
+            g, x, mask = got[i], self.problem.primal(i), self.ev.masks.get(i)
+            if mask:
+                g, exp = mask_leaves(g, mask, x), mask_leaves(exp, mask, x)
+            self.worst = max(self.worst, _check_close(self.tester, self.name, "cotangent does not match finite "
+                                                      "differences", g, exp, rtol, atol, _arg(i), entrywise=True))
+
+    def check_thunked_seed(self) -> None:
+        if not self.check_thunked:
+            return
+        for i, again in self.ev.again.items():
+            x, mask = self.problem.primal(i), self.ev.masks.get(i, [])
+            _check_close(self.tester, self.name, "a thunked seed gives a different cotangent",
+                         mask_leaves(again, mask, x), mask_leaves(self.ev.dense[i], mask, x), 1e-12, 1e-14, _arg(i))
+        self.checks.append("thunked seed")
+
+    def check_lowered(self) -> None:
+        """The lowered primitive: jax.vjp under jit and vmap, and forward mode where JAX has it."""
+        ev, problem = self.ev, self.problem
+        self.modes = "fwd+rev" if self.with_frule else ("rev" if self.reverse_only else "")
+        if self.reverse_only:
+            self.checks.append("forward mode not checked: f calls a jax.custom_vjp, which JAX has no forward mode for")
+        lowered = problem.without(set(ev.broken) | set(ev.masks))  # JAX would raise on a NotImplementedTangent
+        done = ev.lowered  # evaluated in the rule's program, for these slots
+        variants, by_transposition = (done[1], done[2]) if done and done[0] == tuple(lowered.index) else (None, None)
+        if unlowered := _unlowered(self.f, problem):
+            self.checks.append(unlowered)
+            return
+        if not lowered.index:
+            return
+        self.checks += _lowered(self.tester, self.name, _check_lowered_vjp, lowered, ev.y_bar_dense, ev.y, ev.dense,
+                                self.check_jit, self.check_vmap, self.seed, variants)
+        if not self.modes:
+            forward = _lowered(self.tester, self.name, _check_forward_by_transposition, lowered, ev.y_bar_dense,
+                               ev.y, ev.dense, self.check_jit, by_transposition)
+            self.checks += forward
+            self.modes = "fwd+rev" if forward else "rev"
+
+    def report(self) -> RuleReport:
+        return RuleReport(self.name, "jax.vjp" if self.via_jax else "rrule", self.mode, self.worst, tuple(self.checks),
+                          time.perf_counter() - self.start, getattr(self, "modes", "") or "rev")
+
+
+def _start(tester: str, table: Any, f: Any, args: tuple, seed: int, given: Any) -> tuple:
+    """A tester's arguments unpacked: `(f, f_dot, primals, tangents, via_jax)`; via_jax: f has
+    no rule of this kind and none is given, so JAX's own derivative is checked (a primitive
+    of ours without the rule fails, saying how to register one)."""
     f, f_dot = _unpack_function(f, seed)
     _tested.set(f)
-    tester, name = "test_rrule", function_name(f)
     primals, tangents = _unpack(args, seed)
-    via_jax = rrule_f is None and not _has(rrule, f, primals)
+    via_jax = given is None and not _has(table, f, primals)
     if via_jax and isinstance(f, Primitive):
-        _fail(tester, name, "no rrule applies",
+        name, kind = function_name(f), table.kind
+        _fail(tester, name, f"no {kind} applies",
               got="arguments of types (" + ", ".join(type(x).__name__ for x in primals) + ")",
-              fix=f"register one with `@rules.rrule.register({name})` (or `@{name}.rrule`)")
+              fix=f"register one with `@rules.{kind}.register({name})` (or `@{name}.{kind}`)")
     _via_jax.set(via_jax)
-    if via_jax:  # a JAX function (jax.custom_vjp, custom_jvp, plain): JAX's own jax.vjp is checked
-        rrule_f = _jax_rrule
-    problem = _Problem(f, primals, tangents, fkwargs, f_dot)
-    reverse_only = problem.plain and _reverse_only(problem)
-    spec = _RruleSpec(name, f, rrule_f, seed, tuple(problem.index), check_thunked_output_tangent)
-    evaluate = functools.partial(_rrule_body, spec)
-    compiled = check_jit and problem.size() <= COMPILED_LIMIT
-    with_frule = _has(frule, f, primals)
-    in_program = None
-    if compiled and problem.index and not _unlowered(f, problem):
-        in_program = functools.partial(_rrule_body, spec._replace(lowered=_InProgram(
-            _primitive_for(problem), check_vmap, not with_frule and not reverse_only)))
-    ev = _evaluate(evaluate, (primals, fkwargs, output_tangent, dict(zip(problem.index, problem.tangents))),
-                   compiled, in_program)
-    y, y_bar_dense, dense, masks, broken = ev["y"], ev["y_bar_dense"], ev["dense"], ev["masks"], ev["broken"]
-    try:
-        test_approx(y, ev["y_expected"], rtol=rtol, atol=atol)
-    except AssertionError as err:
-        _fail(tester, name, f"the rrule's primal output differs from f(*args)\n{err}")
-    for i, path, added, plain in ev["inplace"]:
-        _check_close(tester, name, "InplaceableThunk: add_fn(acc) differs from acc + val",
-                     added, plain, 1e-10, 1e-12, _arg(i, path))
-    checks = ["primal", "arity", "dtypes"]
-    if broken or masks:
-        checks.append("not implemented (not checked): " + ", ".join(_arg(i) for i in broken + list(masks)))
-    if rtol is None or atol is None:
-        d_rtol, d_atol = default_tolerance(primals, y)
-        rtol, atol = (d_rtol if rtol is None else rtol), (d_atol if atol is None else atol)
+    return f, f_dot, primals, tangents, via_jax
 
-    # finite differences, in float64
-    m = fdm or _DEFAULT_FDM
-    n = problem.size()
-    use_mode = ("exact" if n <= EXACT_MODE_LIMIT else "fast") if mode == "auto" else mode
-    if use_mode not in ("exact", "fast"):
-        raise ValueError(f"`test_rrule`: mode must be 'auto', 'exact' or 'fast'; got {mode!r}.")
-    worst = 0.0
-    # fast mode probes whole arguments: one partly not implemented is left out
-    checked = problem.without(set(broken) | (set(masks) if use_mode == "fast" else set()))
-    if checked.index:
-        args64, y_bar64 = _upcast(checked.args), _upcast(y_bar_dense)
-        # the rule's cotangents as finite differences can check them (held entries zero)
-        fd_dense = {i: _held_zero(ct, problem.primal(i)) if i in checked.index else ct for i, ct in dense.items()}
-        try:
-            if use_mode == "exact":
-                expected = fd_vjp(m, checked.raw_fn, y_bar64, args64)
-                got_all = tuple(fd_dense[i] for i in checked.index)
-                if compare_trees(got_all, expected, rtol, atol, True, True)[1]:  # f not smooth here? (a C1 joint)
-                    expected, sided = _nearest_sided(got_all, expected, [
-                        fd_vjp(other, checked.raw_fn, y_bar64, args64) for other in _sided(m)])
-                    if sided:
-                        checks.append(f"one-sided finite differences at {sided} entries (f is not smooth there)")
-                for i, exp in zip(checked.index, expected):
-                    got, x = fd_dense[i], problem.primal(i)
-                    if i in masks:
-                        got, exp = mask_leaves(got, masks[i], x), mask_leaves(exp, masks[i], x)
-                    worst = max(worst, _check_close(tester, name, "cotangent does not match finite differences",
-                                                    got, exp, rtol, atol, _arg(i), entrywise=True))
-            else:
-                worst = _fast_check(tester, name, checked, m, args64, y_bar64, fd_dense, rtol, atol)
-        except AssertionError:
-            if compiled:  # a rule wrong only when traced is reported as that
-                eager = evaluate(primals, fkwargs, output_tangent)["dense"]
-                for i in dense:
-                    _check_traced_like_eager(tester, name, "the pullback's cotangent", dense[i], eager[i],
-                                             problem, y, _arg(i))
-            raise
-        checks.append(f"finite differences ({use_mode})")
 
-    if check_thunked_output_tangent:
-        for i, again in ev["again"].items():
-            x = problem.primal(i)
-            _check_close(tester, name, "a thunked seed gives a different cotangent",
-                         mask_leaves(again, masks.get(i, []), x), mask_leaves(dense[i], masks.get(i, []), x),
-                         1e-12, 1e-14, _arg(i))
-        checks.append("thunked seed")
-
-    modes = "fwd+rev" if with_frule else ("rev" if reverse_only else "")
-    if via_jax:
-        checks.insert(0, "JAX's own derivative (jax.vjp; f has no rrule)")
-    if reverse_only:
-        checks.append("forward mode not checked: f calls a jax.custom_vjp, which JAX has no forward mode for")
-    lowered = problem.without(set(broken) | set(masks))  # JAX would raise on a NotImplementedTangent
-    done = ev.get("lowered")  # evaluated in the rule's program, for these slots
-    variants, by_transposition = (done[1], done[2]) if done and done[0] == tuple(lowered.index) else (None, None)
-    if unlowered := _unlowered(f, problem):
-        checks.append(unlowered)
-    elif lowered.index:
-        checks += _lowered(tester, name, _check_lowered_vjp, lowered, y_bar_dense, y, dense,
-                           check_jit, check_vmap, seed, variants)
-        if not modes:
-            forward = _lowered(tester, name, _check_forward_by_transposition, lowered, y_bar_dense, y, dense,
-                               check_jit, by_transposition)
-            checks += forward
-            modes = "fwd+rev" if forward else "rev"
-    kind = "jax.vjp" if via_jax else "rrule"
-    return RuleReport(name, kind, use_mode, worst, tuple(checks), time.perf_counter() - start, modes or "rev")
+def _tolerances(rtol: float | None, atol: float | None, primals: Any, y: Any) -> tuple[float, float]:
+    """The given tolerances, or the defaults for the lowest precision of the primals and y."""
+    d_rtol, d_atol = default_tolerance(primals, y)
+    return (d_rtol if rtol is None else rtol), (d_atol if atol is None else atol)
 
 
 def _lowered(tester, name, check, *args) -> list[str]:
@@ -1101,7 +1176,19 @@ class _FruleSpec(NamedTuple):
     lowered: _InProgram | None = None  # the lowered primitive's checks, traced into the same program
 
 
-def _frule_body(spec: _FruleSpec, ps: tuple, given: tuple, fkwargs: dict, tangents: tuple = ()) -> dict:
+class _FruleResult(NamedTuple):
+    """What `_frule_body` computed (a pytree: it comes out of the compiled program)."""
+
+    y: Any  # the rule's primal output
+    y_expected: Any  # f(*args) itself
+    inplace: list  # ("output", path, add_fn(acc), acc + val) per InplaceableThunk
+    mask: list  # which output leaves are NotImplemented
+    y_dot_dense: Any  # the tangent, dense
+    transposed: Any = None  # (y_bar, rrule cotangents) for the transposition check, if an rrule exists
+    lowered: tuple | None = None  # the lowered primitive's jax.jvp (`_lowered_in_program`)
+
+
+def _frule_body(spec: _FruleSpec, ps: tuple, given: tuple, fkwargs: dict, tangents: tuple = ()) -> _FruleResult:
     """The frule and the checks of its conventions (see `_rrule_body`); with `spec.lowered`,
     the lowered primitive's `jax.jvp` at `tangents` (dense, one per perturbed slot) too."""
     tester, name, f = "test_frule", spec.name, spec.f
@@ -1113,13 +1200,13 @@ def _frule_body(spec: _FruleSpec, ps: tuple, given: tuple, fkwargs: dict, tangen
     mask = not_implemented_mask(value, y)  # output leaves the rule does not implement
     value = without_not_implemented(value)
     _check_dtypes(tester, name, value, y, "output")
-    out = dict(y=y, y_expected=unwrap(f)(*ps, **fkwargs), inplace=inplace, mask=mask,
-               y_dot_dense=dense_like(value, y, name=name), transposed=None)
+    out: dict = dict(y=y, y_expected=unwrap(f)(*ps, **fkwargs), inplace=inplace, mask=mask,
+                     y_dot_dense=dense_like(value, y, name=name))
     if spec.transposable and spec.indices and not any(mask):
         out["transposed"] = _transposition_cotangents(spec, ps, fkwargs, y)
     if spec.lowered is not None and not any(mask):
         out["lowered"] = _lowered_in_program(spec.lowered, "jvp", ps, fkwargs, spec.indices, tangents, {}, spec.seed)
-    return out
+    return _FruleResult(**out)
 
 
 # ----- test_frule -----------------------------------------------------------------------------
@@ -1170,89 +1257,114 @@ def test_frule(
 
     See also: `test_rrule`, `test_scalar`, `with_tangent`.
     """
-    start = time.perf_counter()
-    f, f_dot = _unpack_function(f, seed)
-    _tested.set(f)
-    tester, name = "test_frule", function_name(f)
-    primals, tangents = _unpack(args, seed)
-    via_jax = frule_f is None and not _has(frule, f, primals)
-    if via_jax and isinstance(f, Primitive):
-        _fail(tester, name, "no frule applies",
-              got="arguments of types (" + ", ".join(type(x).__name__ for x in primals) + ")",
-              fix=f"register one with `@rules.frule.register({name})` (or `@{name}.frule`)")
-    problem = _Problem(f, primals, tangents, fkwargs, f_dot)
-    _via_jax.set(via_jax)
-    if via_jax:  # a JAX function (jax.custom_jvp, plain): JAX's own jax.jvp is checked
-        if _reverse_only(problem):
-            _fail(tester, name, "f calls a jax.custom_vjp, and JAX has no forward mode for it (jax.jvp raises)",
-                  expected="a function with forward mode: a jax.custom_jvp, plain JAX code, or a primitive "
-                  "with an frule", got="a jax.custom_vjp inside f",
-                  fix=f"check its reverse mode with `test_rrule({name}, ...)`")
-        frule_f = _jax_frule
-    given = (f_dot if problem.f_perturbed else NoTangent(), *tangents)
-    spec = _FruleSpec(name, f, frule_f, seed, tuple(problem.index), _has(rrule, f, primals))
-    evaluate = functools.partial(_frule_body, spec)
-    compiled = check_jit and problem.size() <= COMPILED_LIMIT
-    unlowered = _unlowered(f, problem)
-    # no rrule: jax.jvp of the primitive runs the frule (an unhashable f has no primitive)
-    by_custom_jvp = not unlowered and lowered_rules(f, primals)[0] is None
-    in_program = None
-    if compiled and problem.index and by_custom_jvp:
-        in_program = functools.partial(_frule_body, spec._replace(lowered=_InProgram(
-            _primitive_for(problem), check_vmap, False)))
-    ev = _evaluate(evaluate, (primals, given, fkwargs, problem.tangents), compiled, in_program)
-    y, mask, y_dot_dense = ev["y"], ev["mask"], ev["y_dot_dense"]
-    try:
-        test_approx(y, ev["y_expected"], rtol=rtol, atol=atol)
-    except AssertionError as err:
-        _fail(tester, name, f"the frule's primal output differs from f(*args)\n{err}")
-    checks, worst = ["primal"], 0.0
-    for i, path, added, plain in ev["inplace"]:
-        _check_close(tester, name, "InplaceableThunk: add_fn(acc) differs from acc + val",
-                     added, plain, 1e-10, 1e-12, _arg(i, path))
-    if ev["inplace"]:
-        checks.append("InplaceableThunk add")
-    checks.append("dtypes")
-    if any(mask):
-        checks.append("not implemented (not checked): the output" + ("" if all(mask) else " in part"))
-    if rtol is None or atol is None:
-        d_rtol, d_atol = default_tolerance(primals, y)
-        rtol, atol = (d_rtol if rtol is None else rtol), (d_atol if atol is None else atol)
-    if problem.index and not (mask and all(mask)):
-        m, args64, tangents64 = fdm or _DEFAULT_FDM, _upcast(problem.args), _upcast(problem.tangents)
-        if problem.size() <= EXACT_MODE_LIMIT:  # a step per coordinate, as test_rrule's exact check
+    run = _FruleTest(f, args, fkwargs, rtol=rtol, atol=atol, fdm=fdm, check_jit=check_jit, check_vmap=check_vmap,
+                     seed=seed, frule_f=frule_f)
+    run.check_primal()
+    run.check_inplaceable_thunks()
+    if run.problem.index and not (run.ev.mask and all(run.ev.mask)):
+        run.check_finite_differences()
+        run.check_lowered()
+        run.check_transposition()
+    return run.report()
+
+
+class _FruleTest:
+    """One `test_frule` call (see `_RruleTest`)."""
+
+    tester = "test_frule"
+
+    def __init__(self, f, args, fkwargs, *, rtol, atol, fdm, check_jit, check_vmap, seed, frule_f):
+        self.start = time.perf_counter()
+        f, f_dot, primals, tangents, self.via_jax = _start(self.tester, frule, f, args, seed, frule_f)
+        self.f, self.name, self.seed, self.check_jit, self.check_vmap = f, function_name(f), seed, check_jit, check_vmap
+        self.problem = problem = _Problem(f, primals, tangents, fkwargs, f_dot)
+        if self.via_jax and _reverse_only(problem):
+            _fail(self.tester, self.name, "f calls a jax.custom_vjp, and JAX has no forward mode for it (jax.jvp raises)",
+                  expected="a function with forward mode: a jax.custom_jvp, plain JAX code, or a primitive with an "
+                  "frule", got="a jax.custom_vjp inside f", fix=f"check its reverse mode with `test_rrule({self.name}, ...)`")
+        # a JAX function (jax.custom_jvp, plain) has JAX's own jax.jvp checked
+        self.spec = _FruleSpec(self.name, f, _jax_frule if self.via_jax else frule_f, seed, tuple(problem.index),
+                               _has(rrule, f, primals))
+        self.compiled = check_jit and problem.size() <= COMPILED_LIMIT
+        self.unlowered = _unlowered(f, problem)
+        # no rrule: jax.jvp of the primitive runs the frule (an unhashable f has no primitive)
+        self.by_custom_jvp = not self.unlowered and lowered_rules(f, primals)[0] is None
+        self.inputs = (primals, (f_dot if problem.f_perturbed else NoTangent(), *tangents), fkwargs)
+        self.ev = self._evaluate()
+        self.rtol, self.atol = _tolerances(rtol, atol, primals, self.ev.y)
+        self.fdm = fdm or _DEFAULT_FDM
+        self.checks: list[str] = ["JAX's own derivative (jax.jvp; f has no frule)"] if self.via_jax else []
+        self.worst = 0.0
+
+    def _evaluate(self) -> _FruleResult:
+        problem, in_program = self.problem, None
+        if self.compiled and problem.index and self.by_custom_jvp:
+            in_program = functools.partial(_frule_body, self.spec._replace(lowered=_InProgram(
+                _primitive_for(problem), self.check_vmap, False)))
+        return _evaluate(functools.partial(_frule_body, self.spec), (*self.inputs, problem.tangents), self.compiled,
+                         in_program)
+
+    def check_primal(self) -> None:
+        try:
+            test_approx(self.ev.y, self.ev.y_expected, rtol=self.rtol, atol=self.atol)
+        except AssertionError as err:
+            _fail(self.tester, self.name, f"the frule's primal output differs from f(*args)\n{err}")
+        self.checks.append("primal")
+
+    def check_inplaceable_thunks(self) -> None:
+        for i, path, added, plain in self.ev.inplace:
+            _check_close(self.tester, self.name, "InplaceableThunk: add_fn(acc) differs from acc + val",
+                         added, plain, 1e-10, 1e-12, _arg(i, path))
+        self.checks += (["InplaceableThunk add"] if self.ev.inplace else []) + ["dtypes"]
+        if any(self.ev.mask):
+            self.checks.append("not implemented (not checked): the output" + ("" if all(self.ev.mask) else " in part"))
+
+    def check_finite_differences(self) -> None:
+        """J x_dot by finite differences in float64: a step per coordinate up to 256 elements,
+        compared entry by entry; along x_dot above."""
+        ev, problem, m = self.ev, self.problem, self.fdm
+        args64, tangents64 = _upcast(problem.args), _upcast(problem.tangents)
+        exact = problem.size() <= EXACT_MODE_LIMIT
+        got = mask_leaves(ev.y_dot_dense, ev.mask, ev.y)
+        if exact:
             expected = _fd_jvp_by_coordinates(m, problem.raw_fn, args64, tangents64)
-            got = mask_leaves(y_dot_dense, mask, y)
-            if compare_trees(got, mask_leaves(expected, mask, y), rtol, atol, True, True)[1]:  # not smooth here?
-                expected, sided = _nearest_sided(got, expected, [
+            if compare_trees(got, mask_leaves(expected, ev.mask, ev.y), self.rtol, self.atol, True, True)[1]:
+                expected, sided = _nearest_sided(got, expected, [  # f not smooth here?
                     _fd_jvp_by_coordinates(other, problem.raw_fn, args64, tangents64) for other in _sided(m)])
                 if sided:
-                    checks.append(f"one-sided finite differences at {sided} entries (f is not smooth there)")
+                    self.checks.append(f"one-sided finite differences at {sided} entries (f is not smooth there)")
         else:
             expected = _fd_jvps("fd_jvp", m, problem.raw_fn, args64, [tangents64], None)[0]
         try:
-            worst = _check_close(tester, name, "tangent does not match finite differences",
-                                 mask_leaves(y_dot_dense, mask, y), mask_leaves(expected, mask, y),
-                                 rtol, atol, "the output", entrywise=problem.size() <= EXACT_MODE_LIMIT)
+            self.worst = _check_close(self.tester, self.name, "tangent does not match finite differences", got,
+                                      mask_leaves(expected, ev.mask, ev.y), self.rtol, self.atol, "the output",
+                                      entrywise=exact)
         except AssertionError:
-            if compiled:  # a rule wrong only when traced is reported as that
-                eager = evaluate(primals, given, fkwargs)["y_dot_dense"]
-                _check_traced_like_eager(tester, name, "the frule's tangent", y_dot_dense, eager, problem, y,
-                                         "the output")
+            if self.compiled:  # a rule wrong only when traced is reported as that
+                eager = _frule_body(self.spec, *self.inputs).y_dot_dense
+                _check_traced_like_eager(self.tester, self.name, "the frule's tangent", ev.y_dot_dense, eager,
+                                         problem, ev.y, "the output")
             raise
-        checks.append("finite differences")
-        if unlowered:
-            checks.append(unlowered)
-        elif not any(mask) and by_custom_jvp:  # lowered through custom_jvp: jax.jvp works
-            done = ev.get("lowered")  # evaluated in the rule's program
-            checks += _lowered(tester, name, _check_lowered_jvp, problem, y_dot_dense, y, check_jit, check_vmap, seed,
-                               done[1] if done else None)
-        if ev["transposed"] is not None:
-            checks += _check_transposition(tester, name, problem, ev["transposed"], y_dot_dense, rtol, atol)
-    modes = "fwd+rev"  # an frule serves forward mode; JAX transposes it or uses an rrule in reverse
-    if via_jax:
-        checks.insert(0, "JAX's own derivative (jax.jvp; f has no frule)")
-    return RuleReport(name, "jax.jvp" if via_jax else "frule", "exact", worst, tuple(checks), time.perf_counter() - start, modes)
+        self.checks.append("finite differences")
+
+    def check_lowered(self) -> None:
+        """jax.jvp of the primitive under jit and vmap, where it runs the frule (custom_jvp)."""
+        if self.unlowered:
+            self.checks.append(self.unlowered)
+        elif not any(self.ev.mask) and self.by_custom_jvp:
+            done = self.ev.lowered  # evaluated in the rule's program
+            self.checks += _lowered(self.tester, self.name, _check_lowered_jvp, self.problem, self.ev.y_dot_dense,
+                                    self.ev.y, self.check_jit, self.check_vmap, self.seed, done[1] if done else None)
+
+    def check_transposition(self) -> None:
+        if self.ev.transposed is not None:
+            self.checks += _check_transposition(self.tester, self.name, self.problem, self.ev.transposed,
+                                                self.ev.y_dot_dense, self.rtol, self.atol)
+
+    def report(self) -> RuleReport:
+        # an frule serves forward mode; JAX transposes it or uses an rrule in reverse
+        return RuleReport(self.name, "jax.jvp" if self.via_jax else "frule", "exact", self.worst, tuple(self.checks),
+                          time.perf_counter() - self.start, "fwd+rev")
 
 
 def _transposition_cotangents(spec: _FruleSpec, ps: tuple, fkwargs: dict, y: Any) -> Any:

@@ -16,7 +16,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import rules.testing._finite_differences as fd_module  # noqa: E402
-from rules.testing._finite_differences import (  # noqa: E402
+from rules.testing import (  # noqa: E402
     FDMethod,
     backward_fdm,
     central_fdm,

@@ -1469,3 +1469,61 @@ def test_a_rule_reading_a_large_array_reuses_its_compilation_until_the_array_cha
     big[:] = 1.01
     with pytest.raises(AssertionError, match="cotangent does not match finite differences"):
         test_rrule(f, X64)
+
+
+# ------------------------------------------------------------------------------------------
+# Default strength and parity with ChainRulesTestUtils (issue 25)
+# ------------------------------------------------------------------------------------------
+
+
+def _one_entry_wrong(n, k, delta):
+    """sin(x) * x with a pullback `delta` wrong (relative) in entry k only."""
+    error = np.ones(n)
+    error[k] += delta
+    return with_rrule("sinx", lambda x: jnp.sin(x) * x,
+                      lambda y_bar, x: (NoTangent(), jnp.asarray(error) * y_bar * (jnp.cos(x) * x + jnp.sin(x))))
+
+
+def test_the_default_catches_a_rule_wrong_in_one_entry_of_two_hundred():
+    """Exact mode reaches 256 elements and compares entry by entry: 1e-4 in one entry of 200
+    is seen at its own size, not diluted by sqrt(200) (the 2-norm) or 200 (fast mode)."""
+    x = jnp.linspace(0.1, 2.0, 200)
+    assert test_rrule(_one_entry_wrong(200, 17, 0.0), x).mode == "exact"
+    for delta in (1e-4, 1e-6):
+        with pytest.raises(AssertionError, match="cotangent does not match finite differences"):
+            test_rrule(_one_entry_wrong(200, 17, delta), x)
+    test_rrule(_one_entry_wrong(200, 17, 1e-6), x, mode="fast")  # what fast mode cannot see
+
+
+def test_first_of_a_tuple_argument_gets_a_tuple_cotangent():
+    """ChainRulesTestUtils' `test_rrule(first, (x, y))`, of a 4-tuple, and of a vector of tuples."""
+    def first(t):
+        return t[0]
+
+    x, y = jnp.array([1.0, 2.0]), jnp.array([3.0])
+    for args in [((x, y),), ((x, y, 2.0, jnp.ones(3)),), ([(x, y), (2 * x, y)],)]:
+        assert test_rrule(first, *args).kind == "jax.vjp"
+        assert test_frule(first, *args).kind == "jax.jvp"
+
+
+def test_approx_fails_for_a_tuple_against_a_tangent_of_another_type():
+    import collections
+
+    Pair = collections.namedtuple("Pair", "a b")
+    with pytest.raises(AssertionError, match="a Tangent of another type"):
+        test_approx((1.0, 2.0), Tangent(Pair, 1.0, 2.0))
+    with pytest.raises(AssertionError, match="a Tangent of another type"):
+        test_approx(Tangent(Pair, 1.0, 2.0), (1.0, 2.0))
+    test_approx(Pair(1.0, 2.0), Tangent(Pair, a=1.0, b=2.0))
+    test_approx((1.0, 2.0), Tangent(tuple, 1.0, 2.0))
+
+
+def test_a_method_on_a_custom_grid_checks_rules():
+    """FiniteDifferences.jl's `FiniteDifferenceMethod([-2, 0, 5], 1)` as the testers' method."""
+    from rules.testing import FDMethod
+
+    m = FDMethod.from_grid([-2, 0, 5], 1)
+    assert test_rrule(sin_rule(), X64, fdm=m).mode == "exact"
+    test_frule(sin_frule(), X64, fdm=m)
+    with pytest.raises(AssertionError, match="cotangent does not match finite differences"):
+        test_rrule(sin_rule(1.001), X64, fdm=m)
