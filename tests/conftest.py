@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+# A small user project that tests/test_audit.py runs pytest on in a subprocess: not part of
+# this suite (its own test file imports its own module).
+collect_ignore = ["data"]
+
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run the `slow` tests (notebooks, benchmarks: 5-30 s each) first. pytest-xdist hands

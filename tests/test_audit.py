@@ -16,7 +16,8 @@ def _pytest(*options: str, tmp_path: pathlib.Path) -> subprocess.CompletedProces
     ini.write_text("[pytest]\npython_files = check_*.py\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT), os.environ.get("PYTHONPATH", "")]),
            "JAX_PLATFORMS": "cpu"}
-    return subprocess.run([sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", str(PROJECT), "-p", "no:xdist",
+    return subprocess.run([sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", str(PROJECT), "--confcutdir", str(PROJECT),
+                           "-p", "no:xdist",
                            "-p", "no:cacheprovider", "-rA", *options, str(PROJECT)],
                           capture_output=True, text=True, env=env, cwd=PROJECT, timeout=300)
 
