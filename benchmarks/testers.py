@@ -9,13 +9,14 @@ detecting a 1e-6 relative error in float64 that check_grads misses.
 Method: each test_rrule row is timed alternately with check_grads (medians of 5 pairs, after
 one warm-up call of each; the ratio is of those medians), so that drift on a shared machine
 hits both alike. Warm calls reuse what a repeated call reuses: JAX's compiled eager kernels
-for check_grads; for test_rrule its traces and compiled programs (the rule and its
-conventions, finite differences, the lowered primitive under jit and vmap), while the
-fingerprint of the code they run and the values it reads is unchanged
-(`rules/testing/_fingerprint.py`: a helper changed since the last call is traced anew, so
-nothing stale is checked). Before that reuse, tracing (about 10 ms for the checks of this
-function) put the default at 6-7x check_grads at small sizes. `first call` is one
-call of each in a fresh process (compilation included; full run only). test_rrule is timed
+for check_grads; for test_rrule its compiled programs (the rule and its conventions, finite
+differences, the lowered primitive under jit and vmap), found by the whole lowered program
+(`rules/testing/_compiled.py`). Every call traces and lowers its programs again, so that
+the code as it is now is what is checked: 30-40 ms for the checks of this function,
+which is the floor of a warm call until compute dominates (from ~10^5 elements). (Reusing
+traces while a fingerprint of the code looked unchanged had put the warm default at
+1.5-2.9x; it checked stale code in 44 of 111 adversarial scenarios, and is gone.)
+`first call` is one call of each in a fresh process (compilation included; full run only). test_rrule is timed
 as shipped (with its jit/vmap checks of the lowered primitive) and with those checks off
 (`core`: the rule, its eager lowering and finite differences; what check_grads does, plus
 the rule's conventions). Calls of f are counted by a host callback in f, in a separate run;
@@ -112,6 +113,11 @@ def _first_call(which: str, n: int) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
+# Issue 25's targets for the warm default, as a ratio to check_grads: tracing is the floor at
+# 10^2; from 10^4 on the checks' compute should dominate.
+_TARGETS = {100: 10, 10_000: 3, 100_000: 3, 1_000_000: 3}
+
+
 def run(quick: bool = False) -> str:
     sizes = [100, 1000] if quick else [100, 1_000, 10_000, 100_000, 1_000_000]
     repeats = 1 if quick else 5
@@ -150,9 +156,10 @@ def run(quick: bool = False) -> str:
             first = "-" if quick or mode != "fast" else f"{_first_call('test_rrule', n):.2f}"
             rows.append([n, f"test_rrule {mode} (core)", f"{t_core:.3f}", f"{t_core / t_cg:.2f}", first, _count[0], threshold])
             rows.append([n, f"test_rrule {mode} (+jit, vmap, thunk)", f"{t_full:.3f}", f"{t_full / t_cg2:.2f}", "", "", ""])
-        ratio = t_default / t_cg3
-        rows.append([n, "test_rrule default (auto mode, every check)", f"{t_default:.3f}",
-                     f"{ratio:.2f} (target <= 3: {'met' if ratio <= 3 else 'MISSED'})", "", "", ""])
+        ratio, target = t_default / t_cg3, _TARGETS.get(n)
+        verdict = "" if target is None else f" (target <= {target}: {'met' if ratio <= target else 'MISSED'})"
+        rows.append([n, "test_rrule default (auto mode, every check)", f"{t_default:.3f}", f"{ratio:.2f}{verdict}",
+                     "", "", ""])
     header = ["elements", "checker", "median s (warm)", "ratio vs check_grads", "first call s",
               "calls of f (a vmapped batch counts once)", "smallest error detected"]
     return "## Testers: test_rrule vs jax.test_util.check_grads\n\n" + table(header, rows) + "\n\n" + (__doc__ or "").split("\n\n", 1)[1]
