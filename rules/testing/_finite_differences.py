@@ -16,12 +16,8 @@ points, one evaluation of f fewer on inputs of a million elements.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import functools
 import math
-import operator
-from fractions import Fraction
 from typing import Any, Callable, NamedTuple
 
 import jax
