@@ -80,18 +80,27 @@ def _held(x: np.ndarray) -> np.ndarray:
 _DOMAIN_SPANS = (1e-2, 1e-4, 1e-6, 1e-8, 1e-10, 1e-12)
 
 
+def _sided(m: FDMethod, span: float | None = None) -> list[FDMethod]:
+    """FiniteDifferences.jl's forward and backward methods of a central method's order, their
+    span capped at `span` (default m's own); none for a one-sided or custom method."""
+    if m.kind != "central":
+        return []
+    r = m.max_range if span is None else span
+    return [FDMethod(kind, m.p, m.q, m.adapt, r, m.factor) for kind in ("forward", "backward")]
+
+
 def _one_sided(m: FDMethod) -> list[FDMethod]:
     """Methods tried, in order, where a central method's estimate is not finite at a point
     (its stencil left f's domain: `logit` near 0, `sqrt` near 0): the same method with its
     span capped ever shorter (its step rule then sees f on the scale of the boundary's
-    distance), then FiniteDifferences.jl's forward and backward methods of its order, the
-    same way (a point on the boundary itself). None for a one-sided or custom method, which
-    is the user's choice."""
+    distance), then the forward and backward methods (`_sided`), the same way (a point on
+    the boundary itself). None for a one-sided or custom method, which is the user's choice."""
     if m.kind != "central":
         return []
     spans = [r for r in _DOMAIN_SPANS if r < m.max_range]
-    return [FDMethod(kind, m.p, m.q, m.adapt, r, m.factor)
-            for kind in ("central", "forward", "backward") for r in ([] if kind == "central" else [m.max_range]) + spans]
+    sided = [_sided(m, r) for r in (m.max_range, *spans)]
+    shorter = [FDMethod("central", m.p, m.q, m.adapt, r, m.factor) for r in spans]
+    return shorter + [forward for forward, _ in sided] + [backward for _, backward in sided]
 
 
 def _finite_rows(a: np.ndarray) -> np.ndarray:

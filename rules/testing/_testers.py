@@ -48,7 +48,7 @@ from ._compare import (
     without_not_implemented,
 )
 from ._finite_differences import (
-    FDMethod, _fd_inner_jvps, _fd_jvp_by_coordinates, _fd_jvps, _x64, central_fdm, fd_jacobian, fd_vjp,
+    FDMethod, _fd_inner_jvps, _fd_jvp_by_coordinates, _fd_jvps, _sided, _x64, central_fdm, fd_jacobian, fd_vjp,
 )
 
 __all__ = ["RuleReport", "test_rrule", "test_frule", "test_scalar"]
@@ -640,6 +640,8 @@ class _RruleTest:
             raise ValueError(f"`test_rrule`: mode must be 'auto', 'exact' or 'fast'; got {mode!r}.")
         self.checks: list[str] = ["JAX's own derivative (jax.vjp; f has no rrule)"] if self.via_jax else []
         self.worst = 0.0
+        # the modes JAX gets from the primitive; "" until forward mode is known (`check_lowered`)
+        self.modes = "fwd+rev" if self.with_frule else ("rev" if self.reverse_only else "")
 
     def _evaluate(self) -> _RruleResult:
         """The rule in one compiled program, with the lowered primitive's checks in it where
@@ -723,7 +725,6 @@ class _RruleTest:
     def check_lowered(self) -> None:
         """The lowered primitive: jax.vjp under jit and vmap, and forward mode where JAX has it."""
         ev, problem = self.ev, self.problem
-        self.modes = "fwd+rev" if self.with_frule else ("rev" if self.reverse_only else "")
         if self.reverse_only:
             self.checks.append("forward mode not checked: f calls a jax.custom_vjp, which JAX has no forward mode for")
         lowered = problem.without(set(ev.broken) | set(ev.masks))  # JAX would raise on a NotImplementedTangent
@@ -744,7 +745,7 @@ class _RruleTest:
 
     def report(self) -> RuleReport:
         return RuleReport(self.name, "jax.vjp" if self.via_jax else "rrule", self.mode, self.worst, tuple(self.checks),
-                          time.perf_counter() - self.start, getattr(self, "modes", "") or "rev")
+                          time.perf_counter() - self.start, self.modes or "rev")
 
 
 def _start(tester: str, table: Any, f: Any, args: tuple, seed: int, given: Any) -> tuple:
@@ -847,13 +848,6 @@ def _fast_check(tester, name, problem, m, args64, y_bar64, dense, rtol, atol) ->
               expected=f"<y_bar, J x_dot> = {lhs:.12g} (finite differences)",
               got=f"<x_bar, x_dot> = {rhs:.12g} from the rule (relative error {err:.3g}; rtol={rtol:g})")
     return worst
-
-
-def _sided(m: FDMethod) -> list[FDMethod]:
-    """The forward and backward methods of a central method's order (none otherwise)."""
-    if m.kind != "central":
-        return []
-    return [FDMethod(kind, m.p, m.q, m.adapt, m.max_range, m.factor) for kind in ("forward", "backward")]
 
 
 def _nearest_sided(got: Any, central: Any, sided: list) -> tuple[Any, int]:
