@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._helpers import _unbroadcast
+from .._helpers import _unbroadcast, scalar_rule
 from .._primitive import primitive
 from .._projection import ProjectTo, is_differentiable_leaf
 from .._thunks import thunk, unthunk
@@ -38,6 +38,7 @@ __all__ = [
     "softplus",
     "log_sigmoid",
     "gelu",
+    "squareplus",
     "mse",
 ]
 
@@ -555,6 +556,48 @@ def log_sigmoid_rrule(x):
         return NoTangent(), project_x(_sigmoid_times(unthunk(y_bar), x, -1.0))
 
     return -_softplus(-x), log_sigmoid_pullback
+
+
+# ----- squareplus ---------------------------------------------------------------------------
+def _squareplus_root(x, b):
+    """sqrt(x**2 + b) without squaring x: x**2 overflows float32 at 1e20."""
+    return jnp.hypot(x, jnp.sqrt(jnp.asarray(b, jnp.result_type(x, float))))
+
+
+@primitive(examples=[(_M,), (_M32, np.float32(0.5))])
+def squareplus(x, b=4):
+    """(x + sqrt(x**2 + b)) / 2, as `jax.nn.squareplus`, finite where x**2 overflows.
+
+    Why a rule: JAX squares x, so float32 `squareplus(1e20)` is inf with slope 1/2 (true:
+    1e20 and 1). Here the root is a hypotenuse, the negative side is b / (2 (r - x)) (no
+    cancellation), and the partials are d/dx = (1 + x / r) / 2, d/db = 1 / (4 r).
+
+    Args:
+      x: real array.
+      b: the smoothing parameter (> 0), a number or an array that broadcasts with x.
+
+    Returns:
+      squareplus(x, b), of the broadcast shape.
+
+    >>> import jax, numpy as np
+    >>> x = np.float32(1e20)
+    >>> float(squareplus(x)), float(jax.grad(squareplus)(x))
+    (1e+20, 1.0)
+
+    See also: `softplus`, `jax.nn.squareplus`.
+    """
+    r = _squareplus_root(x, b)
+    return jnp.where(x < 0, b / (2 * (r - x)), (x + r) / 2)
+
+
+def _squareplus_partials(x, *b_and_y):
+    b = b_and_y[0] if len(b_and_y) == 2 else 4
+    r = _squareplus_root(x, b)
+    dx = jnp.where(x < 0, b / (2 * r * (r - x)), (1 + x / r) / 2)  # (r + x) / (2 r) without cancelling
+    return (dx, 1 / (4 * r)) if len(b_and_y) == 2 else dx
+
+
+scalar_rule(squareplus, _squareplus_partials)
 
 
 # ----- gelu ---------------------------------------------------------------------------------

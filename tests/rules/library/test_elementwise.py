@@ -54,3 +54,102 @@ def test_scalar_rules_broadcast_and_reduce():
     _, a_bar, b_bar = back(jnp.ones((2, 3)))
     assert rules.unthunk(a_bar).shape == (2, 3)
     np.testing.assert_allclose(rules.unthunk(b_bar), jnp.full((1, 3), 2.0))
+
+
+# ----- edges where plain JAX is wrong (issue 23): plain JAX's value, ours, the true one --------
+def _grads(f, *args):
+    """jax.grad of f in every argument, eagerly and under jit (the same numbers both ways)."""
+    argnums = tuple(range(len(args)))
+    eager = jax.grad(f, argnums=argnums)(*args)
+    jitted = jax.jit(jax.grad(f, argnums=argnums))(*args)
+    np.testing.assert_array_equal(np.array(eager), np.array(jitted))
+    return np.array(eager)
+
+
+# (function, arguments, the true gradient (one entry per argument), why it is true)
+EDGES = [
+    (jnp.expm1, (-40.0,), (np.exp(-40.0),), "d expm1 = exp; expm1(-40) + 1 rounds to 0"),
+    (jax.nn.elu, (-40.0,), (np.exp(-40.0),), "alpha exp(x) for x <= 0, alpha = 1"),
+    (jax.nn.selu, (-40.0,), (1.0507009873554805 * 1.6732632423543772 * np.exp(-40.0),), "scale alpha exp(x)"),
+    (jax.nn.celu, (-40.0,), (np.exp(-40.0),), "exp(x / alpha), alpha = 1"),
+    (jax.nn.sigmoid, (np.float32(17.0),), (np.float32(np.exp(-17.0) / (1 + np.exp(-17.0)) ** 2),), "s(x) s(-x)"),
+    (jnp.tanh, (np.float32(-9.01),), (np.float32(1 / np.cosh(9.01) ** 2),), "sech(x)**2"),
+    (jnp.sinc, (1e-8,), (-(np.pi**2) * 1e-8 / 3,), "series: -pi**2 x / 3 + O(x**3)"),
+    (jnp.arcsinh, (1e200,), (1e-200,), "1 / sqrt(x**2 + 1)"),
+    (jnp.arccosh, (1e200,), (1e-200,), "1 / sqrt(x**2 - 1)"),
+    (jnp.arctan2, (1e-200, 1e-200), (0.5e200, -0.5e200), "(b, -a) / (a**2 + b**2)"),
+    (jnp.logaddexp, (-np.inf, -np.inf), (0.0, 0.0), "an empty sum, as the library's logsumexp"),
+    (jnp.logaddexp, (np.float32(1e8), np.float32(1e8)), (0.5, 0.5), "equal weights; y rounds to 1e8"),
+    (jnp.power, (0.0, 0.0), (0.0, np.nan), "ChainRules: d/dx 0**p at p = 0 is 0; d/dp is NaN"),
+    (jnp.hypot, (0.0, 0.0), (0.0, 0.0), "the zero subgradient"),
+]
+
+
+@pytest.mark.parametrize("f, args, true, why", EDGES, ids=[f"{f.__name__}{args}" for f, args, _, _ in EDGES])
+def test_edge_gradients_are_the_true_ones_where_plain_jax_is_wrong(f, args, true, why):
+    plain = _grads(f, *args)
+    ours = _grads(rules.primitive(f), *args)
+    dtype = np.result_type(*args)
+    rtol = 1e-5 if dtype == np.float32 else 1e-12
+    # (plain JAX 0.10.2 is NaN, inf or wrong at each; some later JAX releases fixed a few)
+    np.testing.assert_allclose(ours, np.array(true, dtype), rtol=rtol, atol=0, err_msg=f"{why}; plain JAX: {plain}")
+
+
+# ChainRules.jl's table of x**p at x = 0 (test/rulesets/Base/fastmath_able.jl): (x, p) => (dx, dp)
+POWERGRADS = [
+    ((1.0, 2.0), (2.0, 0.0)),
+    ((2.0, 2.0), (4.0, 2.772588722239781)),
+    ((0.0, 2.0), (0.0, 0.0)),
+    ((-0.0, 2.0), (-0.0, 0.0)),
+    ((0.0, 1.0), (1.0, 0.0)),
+    ((-0.0, 1.0), (1.0, 0.0)),
+    ((0.0, 0.0), (0.0, np.nan)),
+    ((-0.0, 0.0), (0.0, np.nan)),
+    ((0.0, -1.0), (-np.inf, np.nan)),
+    ((-0.0, -1.0), (-np.inf, np.nan)),
+    ((0.0, -2.0), (-np.inf, np.nan)),
+    ((-0.0, -2.0), (np.inf, np.nan)),
+    ((0.0, 0.5), (np.inf, 0.0)),
+    ((0.0, 3.5), (0.0, 0.0)),
+    ((0.0, -1.5), (-np.inf, np.nan)),
+]
+
+
+@pytest.mark.parametrize("xp, expected", POWERGRADS, ids=[str(xp) for xp, _ in POWERGRADS])
+def test_power_at_zero_follows_chainrules_table(xp, expected):
+    ppow = rules.primitive(jnp.power)
+    grads = jax.grad(ppow, argnums=(0, 1))(*xp)
+    _, y_dot_x = jax.jvp(lambda x: ppow(x, xp[1]), (xp[0],), (1.0,))
+    _, back = rules.rrule(jnp.power, *xp)
+    pulled = [float(rules.unthunk(t)) for t in back(1.0)[1:]]
+    for got in ([float(g) for g in grads], [float(y_dot_x), expected[1]], pulled):
+        np.testing.assert_array_equal(np.array(got), np.array(expected))  # NaN == NaN, and signed zeros
+        assert [np.signbit(g) for g in got] == [np.signbit(e) for e in expected]
+
+
+def test_complex_sign_and_arccosh_match_finite_differences_at_chainrules_points():
+    from rules.testing import test_frule, test_rrule
+
+    for f, z in ((jnp.sign, -1.1 - 0.21j), (jnp.arccosh, -1.1 - 3.1j), (jnp.arcsinh, 0.3 - 1.7j)):
+        test_rrule(f, np.array([z, 0.4 + 0.2j]))
+        test_frule(f, np.array([z, 0.4 + 0.2j]))
+    # sign(z) = z / |z| turns with z: its derivative is not 0 (the rule's, before, for every z);
+    # away from 0 plain JAX differentiates z / |z| right, in JAX's convention
+    psign = rules.primitive(jnp.sign)
+    for z, seed in ((1j, 1.0 + 0j), (2.0 + 0j, 1j), (-1.1 - 0.21j, 0.3 - 2j)):
+        ours = jax.vjp(psign, z)[1](seed)[0]
+        plain = jax.vjp(lambda z: z / jnp.abs(z), z)[1](seed)[0]
+        np.testing.assert_allclose(complex(ours), complex(plain), rtol=1e-12, atol=1e-15)
+        assert complex(ours) != 0
+
+
+def test_squareplus_is_finite_and_right_where_x_squared_overflows():
+    from rules.library.nn import squareplus
+
+    x = np.float32([1e20, -1e10])
+    assert not np.isfinite(jax.nn.squareplus(x)[0])  # plain JAX squares x: inf
+    np.testing.assert_allclose(squareplus(x), np.float32([1e20, 4 / 4e10]), rtol=1e-6)
+    slope = jax.grad(lambda x: squareplus(x).sum())(x)
+    np.testing.assert_allclose(slope, np.float32([1.0, 4 / (4 * 1e20)]), rtol=1e-5)  # b / (4 x**2) on the left (JAX: 0)
+    assert float(jax.grad(jax.nn.squareplus)(x[0])) == 0.5  # plain JAX: half the true slope
+    np.testing.assert_allclose(squareplus(np.array([-2.0, 0.5, 3.0]), 2.0), jax.nn.squareplus(np.array([-2.0, 0.5, 3.0]), 2.0))
