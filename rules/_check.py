@@ -128,10 +128,11 @@ def _is_import_machinery(filename: str) -> bool:
 
 
 def library_modules() -> list[str]:
-    """The short names of the modules shipped in `rules.library` (`linalg`, `nn`, ...)."""
+    """The short names of the modules shipped in `rules.library` (`linalg`, `nn`, ...); not the
+    package `rules.library.jax`, whose drop-in namespaces reuse those modules' rules."""
     import rules.library as library
 
-    return sorted(m.name for m in pkgutil.iter_modules(library.__path__) if not m.name.startswith("_"))
+    return sorted(m.name for m in pkgutil.iter_modules(library.__path__) if not m.name.startswith("_") and not m.ispkg)
 
 
 def default_modules() -> list[str]:

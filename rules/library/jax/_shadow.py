@@ -1,0 +1,51 @@
+"""How the drop-in namespaces are made: JAX's module, with some names replaced by ours."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+from typing import Any, Callable
+
+from ..._primitive import Primitive
+
+__all__ = ["Ufunc", "like", "fallback"]
+
+
+class Ufunc(Primitive):
+    """A primitive around a `jax.numpy.ufunc` (`logaddexp`): called, it is the primitive (our
+    rules); its `reduce` / `accumulate` / `outer` / `at` stay JAX's (JAX's derivatives)."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "fn":  # not set yet: during __init__
+            raise AttributeError(name)
+        return getattr(self.fn, name)
+
+
+def like(jax_fn: Callable) -> Callable[[Callable], Callable]:
+    """Give `ours` the name, docstring and signature of `jax_fn` (a wrapper written with JAX's
+    parameters that calls the library's function under its own parameter names)."""
+
+    def decorate(ours: Callable) -> Callable:
+        jax_params = [(p.name, p.kind, p.default) for p in inspect.signature(jax_fn).parameters.values()]
+        our_params = [(p.name, p.kind, p.default) for p in inspect.signature(ours).parameters.values()]
+        if jax_params != our_params:  # pragma: no cover - a wrapper written out of step with JAX
+            raise TypeError(f"`{ours.__qualname__}` must take `{jax_fn.__name__}`'s parameters {jax_params}; it takes {our_params}")
+        return functools.wraps(jax_fn)(ours)
+
+    return decorate
+
+
+def fallback(module_name: str, jax_module: types.ModuleType, ours: dict[str, Any]) -> tuple[Callable, Callable]:
+    """`__getattr__` and `__dir__` for a drop-in module: its own names, then JAX's."""
+
+    def __getattr__(name: str) -> Any:
+        try:
+            return getattr(jax_module, name)
+        except AttributeError:
+            raise AttributeError(f"module {module_name!r} has no attribute {name!r} (nor has {jax_module.__name__!r})") from None
+
+    def __dir__() -> list[str]:
+        return sorted(set(ours) | set(dir(jax_module)))
+
+    return __getattr__, __dir__
