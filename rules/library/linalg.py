@@ -91,11 +91,35 @@ def _pushed(pushforward: Any, *dots: Any) -> Any:
 
 
 # ----- norm ---------------------------------------------------------------------------------
-def _norm_kind(ndim: int, ord: Any, axis: Any) -> tuple[str, tuple[int, ...]]:
-    """("fro" | "vector" | "matrix", reduced axes) as `jnp.linalg.norm` reads ord and axis."""
+_STATIC_ORDS = "None, 'fro', 'nuc', 1, -1, 2, -2, 'inf', '-inf'"
+
+
+def _dynamic_p(ord: Any) -> bool:
+    """Whether ord is a real p that may be differentiated: a float (a traced one included)."""
+    if isinstance(ord, (bool, int, str)) or ord is None:
+        return False
+    return isinstance(ord, (float, np.floating)) or jnp.issubdtype(jnp.result_type(ord), jnp.floating)
+
+
+def _static_ord(ord: Any) -> Any:
+    """A matrix norm's ord as `jnp.linalg.norm` reads it ('inf' -> inf; a concrete float kept)."""
+    if isinstance(ord, jax.core.Tracer):
+        raise TypeError(
+            f"`norm`: a matrix norm needs a static ord ({_STATIC_ORDS}), but got a traced float "
+            "(under a JAX transformation a Python float argument is traced, as every differentiable "
+            "one is); write an int or a string, e.g. ord=2 or ord='inf'."
+        )
+    if isinstance(ord, str):
+        return {"inf": np.inf, "-inf": -np.inf}.get(ord, ord)
+    return float(ord) if _dynamic_p(ord) else ord
+
+
+def _norm_kind(ndim: int, ord: Any, axis: Any) -> tuple[str, tuple[int, ...], Any]:
+    """(kind, reduced axes, ord) as `jnp.linalg.norm` reads ord and axis: kind "fro" (the
+    2-norm of the entries), "vector" (static p), "p" (float p, possibly traced) or "matrix"."""
     if axis is None:
         if ord is None:
-            return "fro", tuple(range(ndim))
+            return "fro", tuple(range(ndim)), None
         if ndim not in (1, 2):
             raise ValueError(f"`norm`: ord={ord!r} without axis needs a vector or a matrix; got {ndim} dimensions.")
         axes = tuple(range(ndim))
@@ -103,27 +127,105 @@ def _norm_kind(ndim: int, ord: Any, axis: Any) -> tuple[str, tuple[int, ...]]:
         axes = (axis,) if isinstance(axis, int) else tuple(axis)
     axes = tuple(a % ndim for a in axes)
     if len(axes) == 1:
-        return ("fro" if ord in (None, 2) else "vector"), axes
+        if _dynamic_p(ord):
+            return "p", axes, ord
+        ord = _static_ord(ord)
+        return ("fro" if ord in (None, 2) else "vector"), axes, ord
     if len(axes) == 2:
-        return ("fro" if ord in (None, "fro") else "matrix"), axes
+        ord = _static_ord(ord)
+        return ("fro" if ord in (None, "fro") else "matrix"), axes, ord
     raise ValueError(f"`norm`: axis must name 1 or 2 axes; got {axis!r}.")
 
 
+def _scaled(a: jax.Array, scale: jax.Array) -> jax.Array:
+    """a / scale, with scale 0 read as 1 (then a is 0, or the norm is 0 anyway)."""
+    return a / jnp.where(scale == 0, 1, scale)
+
+
+def _two_norm(a: jax.Array, axes: tuple) -> jax.Array:
+    """sqrt(sum a^2) over axes (keepdims), scaled by max a as hypot is: no overflow or underflow."""
+    top = jnp.max(a, axis=axes, keepdims=True)
+    y = top * jnp.sqrt(jnp.sum(_scaled(a, top) ** 2, axis=axes, keepdims=True))
+    return jnp.where(jnp.isinf(top), top, y)
+
+
+def _p_norm(a: jax.Array, p: Any, axes: tuple) -> jax.Array:
+    """(sum a^p)^(1/p) over axes (keepdims) for real p, finite or not, a possibly traced.
+
+    Scaled by max a for p > 0 and by min a for p < 0, so every term (a / scale)^p is at most 1:
+    no overflow or underflow. p = +-inf: max / min; p = 0: the count of nonzero entries.
+    """
+    top, bottom = jnp.max(a, axis=axes, keepdims=True), jnp.min(a, axis=axes, keepdims=True)
+    scale = jnp.where(p > 0, top, bottom)
+    finite = jnp.isfinite(p) & (p != 0)
+    q = jnp.where(finite, p, 1).astype(a.dtype)
+    y = scale * jnp.sum(_scaled(a, scale) ** q, axis=axes, keepdims=True) ** (1 / q)
+    y = jnp.where((scale == 0) | jnp.isinf(scale), scale, y)
+    count = jnp.sum(a != 0, axis=axes, keepdims=True).astype(a.dtype)
+    return jnp.where(p == 0, count, jnp.where(finite, y, scale))
+
+
+def _norm_value(x: jax.Array, kind: str, axes: tuple, ord: Any) -> jax.Array:
+    """The norm over axes, keepdims: scaled where `jnp.linalg.norm` squares (2-norms, p-norms)."""
+    a = jnp.abs(x)
+    if kind == "fro":
+        return _two_norm(a, axes)
+    if kind == "p" or (kind == "vector" and ord not in (0, 1)):
+        return _p_norm(a, ord, axes)
+    if kind == "vector":
+        return jnp.sum(a != 0, axis=axes, keepdims=True).astype(a.dtype) if ord == 0 else jnp.sum(a, axes, keepdims=True)
+    return jnp.linalg.norm(x, ord=ord, axis=axes, keepdims=True)
+
+
+def _shared_max(x: jax.Array, a: jax.Array, y: jax.Array, axes: tuple) -> jax.Array:
+    """The least-norm subgradient of max (min) a over axes at y: the ties share it equally."""
+    hit = a == y
+    return _safe_div(_unit(x) * hit, jnp.sum(hit, axis=axes, keepdims=True).astype(a.dtype))
+
+
+def _p_gradient(x: jax.Array, a: jax.Array, p: Any, y: jax.Array, axes: tuple) -> jax.Array:
+    """d y / d x for y = ||x||_p, p real (traced or not): unit(x) (a / y)^(p - 1); 0 at a = 0
+    and wherever y = 0 (the zero subgradient); ties share max / min for p = +-inf; 0 for p = 0."""
+    r = _safe_div(a, y)
+    finite = jnp.isfinite(p) & (p != 0)
+    q = jnp.where(finite, p, 2).astype(a.dtype)
+    g = _unit(x) * jnp.where((a == 0) | (y == 0), 0, r ** (q - 1)).astype(a.dtype)
+    return jnp.where(finite, g, jnp.where(p == 0, 0, _shared_max(x, a, y, axes)))
+
+
+def _p_partial(a: jax.Array, p: Any, y: jax.Array, axes: tuple) -> jax.Array:
+    """d y / d p for y = (sum a^p)^(1/p): (y / p) sum (a / y)^p log(a / y) (keepdims).
+
+    From log y = log(sum a^p) / p: d log y / dp = (sum a^p log a / sum a^p - log y) / p, and
+    a^p / sum a^p = (a / y)^p. Each term has a / y <= 1 for p > 0 (>= 1 for p < 0), so (a / y)^p
+    <= 1: stable. Terms with a = 0 are 0 (their limit); y = 0 (x = 0, or p < 0 with a zero entry:
+    y is 0 for every such p) gives 0; p = +-inf gives 0 (the limit). At p = 0 the norm jumps
+    (the count of nonzero entries there, infinite as p -> 0+ for two or more): NaN, unless x = 0.
+    """
+    r = _safe_div(a, y)
+    finite = jnp.isfinite(p) & (p != 0)
+    q = jnp.where(finite, p, 1).astype(a.dtype)
+    vanish = (r == 0) | jnp.isinf(r)  # a = 0 (p > 0), or a / y beyond the range (p < 0): 0
+    terms = jnp.where(vanish, 0, r**q * jnp.log(jnp.where(vanish, 1, r)))
+    dp = jnp.where(finite & (y != 0), y / q * jnp.sum(terms, axis=axes, keepdims=True), 0)
+    return jnp.where((p == 0) & (y != 0), np.nan, dp).astype(a.dtype)
+
+
 def _norm_gradient(x: jax.Array, ord: Any, kind: str, axes: tuple, y: jax.Array) -> jax.Array:
-    """A (sub)gradient of the norm w.r.t. x, with y broadcast to x's rank; 0 where y == 0."""
+    """A (sub)gradient of the norm w.r.t. x, y (keepdims) the norm; 0 where y == 0."""
     ax = jnp.abs(x)
     if kind == "fro":
         return _safe_div(x, y)
+    if kind == "p":
+        return _p_gradient(x, ax, ord, y, axes)
     if kind == "vector":
         if ord == 0:
             return jnp.zeros_like(x)
         if ord == 1:
             return _unit(x)
         if ord in (np.inf, -np.inf):
-            hit = ax == y
-            return _safe_div(_unit(x) * hit, jnp.sum(hit, axis=axes, keepdims=True).astype(ax.dtype))
-        scale = jnp.where(ax == 0, 0, _safe_div(ax, y) ** (ord - 1))
-        return _unit(x) * scale
+            return _shared_max(x, ax, y, axes)
+        return _p_gradient(x, ax, ord, y, axes)
     row, col = axes
     if ord in (1, -1, np.inf, -np.inf):
         # max/min over one axis of the absolute sums over the other
@@ -140,29 +242,43 @@ def _norm_gradient(x: jax.Array, ord: Any, kind: str, axes: tuple, y: jax.Array)
         k = 0 if ord == 2 else -1
         g = u[..., :, k : k + 1] @ vt[..., k : k + 1, :]
     else:
-        raise ValueError(f"`norm`: unsupported matrix norm ord={ord!r}.")
+        raise ValueError(f"`norm`: unsupported matrix norm ord={ord!r}; expected one of {_STATIC_ORDS}.")
     return jnp.where(y == 0, 0, jnp.moveaxis(g, (-2, -1), (row, col)))
 
 
-@primitive(examples=[(_V3Z,), (_V3.astype(np.float32), 3), (_M3, "nuc"), (_M43, "inf", (1, 0))])
+@primitive(examples=[(_V3Z,), (_V3.astype(np.float32), 3), (_M3, "nuc"), (_M43, "inf", (1, 0)),
+                     (_V3, 2.5), (_V3Z, 0.5), (_M43.astype(np.float32), 1.5, 0)])
 def norm(x: jax.Array, ord: Any = None, axis: Any = None, keepdims: bool = False) -> jax.Array:
-    """Vector or matrix norm, as `jnp.linalg.norm`, with a zero subgradient at 0.
+    """Vector or matrix norm, as `jnp.linalg.norm`, scaled (no overflow, no underflow), with a
+    zero subgradient at 0 and a differentiable float p.
 
     Why a rule: at x = 0 the derivative of |x| involves x / |x| = 0/0, and JAX returns NaN
     (every ord, e.g. `jax.grad(jnp.linalg.norm)(jnp.zeros(3))`); the rule returns the zero
     subgradient. At kinks (ties in max-norms, zero entries for ord=1, rank-deficient
     nuclear norms) it returns the least-norm subgradient (ties share the seed equally).
+    2-norms and p-norms are computed scaled by max|x| (by min|x| for p < 0), as `jnp.hypot`
+    is, where `jnp.linalg.norm` squares: at x = [3e-170, 4e-170] JAX's norm is 0 and its
+    gradient [0, 0] (true: 5e-170, [0.6, 0.8]); float32 [3e20, 4e20] gives inf (true 5e20).
+    A float ord is the p of a vector p-norm, differentiated as ChainRules' `norm(x, p)` is
+    (d/dp = (y / p) sum (|x_i| / y)^p log(|x_i| / y)); it may be traced (under a JAX
+    transformation a Python float argument is), including p = +-inf (max / min |x|,
+    d/dp = 0) and p = 0 (the count of nonzero entries, d/dp NaN: the norm jumps there;
+    ChainRules returns 0). Zero entries of x get 0 for every p (ChainRules' convention also
+    for 0 < p < 1, where |x_i|^p has no derivative at 0). Matrix norms need a static ord.
 
     Args:
       x: an array.
-      ord: as `jnp.linalg.norm`: None, a number or +-inf (vectors); None, "fro", "nuc",
-        +-1, +-2, +-inf (matrices). Under a JAX transformation a Python float argument is
-        traced (differentiable), so write infinity as "inf" / "-inf" (and p as an int).
+      ord: as `jnp.linalg.norm`: None, an int or a float p, or +-inf / "inf" / "-inf"
+        (vectors); None, "fro", "nuc", +-1, +-2, +-inf / "inf" / "-inf" (matrices, static).
+        An int is static; a float is differentiable (vector norms).
       axis: None, an int (vector norm) or a pair of ints (matrix norm).
       keepdims: keep the reduced axes with size 1.
 
     Returns:
       The norm(s), real.
+
+    Raises:
+      TypeError: a matrix norm with a traced ord.
 
     >>> import jax, jax.numpy as jnp
     >>> from rules.library.linalg import norm
@@ -170,64 +286,98 @@ def norm(x: jax.Array, ord: Any = None, axis: Any = None, keepdims: bool = False
     [0.0, 0.0, 0.0]
     >>> jax.grad(norm)(jnp.array([3.0, 4.0])).round(6).tolist()
     [0.6, 0.8]
+    >>> float(norm(jnp.array([3e20, 4e20])))
+    5e+20
+    >>> round(float(jax.grad(norm, argnums=1)(jnp.array([3.0, 4.0]), 2.0)), 6)  # d/dp at p = 2
+    -0.816773
 
-    See also: `normalize`, `jnp.linalg.norm`.
+    See also: `normalize`, `jnp.linalg.norm`, `jnp.hypot`.
     """
-    return jnp.linalg.norm(x, ord=_static_ord(ord), axis=axis, keepdims=keepdims)
-
-
-def _static_ord(ord: Any) -> Any:
-    if isinstance(ord, jax.core.Tracer):
-        raise TypeError(
-            "`norm`: ord must be static, but a Python float given to a primitive is traced under a "
-            "JAX transformation; write ord='inf' / '-inf' for infinity, or an int for p."
-        )
-    return {"inf": np.inf, "-inf": -np.inf}.get(ord, ord) if isinstance(ord, str) else ord
+    kind, axes, ord = _norm_kind(jnp.ndim(x), ord, axis)
+    y = _norm_value(x, kind, axes, ord)
+    return y if keepdims else jnp.squeeze(y, axes)
 
 
 def _norm_options(ord: Any = None, axis: Any = None, keepdims: bool = False) -> tuple:
-    return _static_ord(ord), axis, keepdims
+    return ord, axis, keepdims
+
+
+def _norm_forward(x: jax.Array, options: tuple, kw_options: dict):
+    """(y, y with the reduced axes kept, kind, axes, ord, whether ord is a positional float p)."""
+    ord, axis, keepdims = _norm_options(*options, **kw_options)
+    kind, axes, ord = _norm_kind(jnp.ndim(x), ord, axis)
+    y_kept = _norm_value(x, kind, axes, ord)
+    return (y_kept if keepdims else jnp.squeeze(y_kept, axes)), y_kept, kind, axes, ord, keepdims
 
 
 @norm.frule
 def norm_frule(tangents, x, *options, **kw_options):
-    _, x_dot, *_ = tangents
-    ord, axis, keepdims = _norm_options(*options, **kw_options)
-    kind, axes = _norm_kind(jnp.ndim(x), ord, axis)
-    y = jnp.linalg.norm(x, ord=ord, axis=axis, keepdims=keepdims)
+    _, x_dot, *option_dots = tangents
+    y, y_kept, kind, axes, ord, keepdims = _norm_forward(x, options, kw_options)
+    p_dot = option_dots[0] if option_dots and kind == "p" else ZeroTangent()
 
-    def norm_pushforward(x_dot):  # Re <grad, x_dot> over the reduced axes: the rrule's subgradient
-        grad = _norm_gradient(x, ord, kind, axes, y if keepdims else jnp.expand_dims(y, axes))
-        y_dot = jnp.sum(jnp.real(jnp.conj(grad) * x_dot), axis=axes, keepdims=keepdims)
-        return y_dot.astype(y.dtype)
+    def norm_pushforward(x_dot, p_dot):  # Re <grad, x_dot> over the reduced axes, + dy/dp p_dot
+        y_dot = jnp.zeros_like(y_kept)
+        if not _is_zero(x_dot):
+            grad = _norm_gradient(x, ord, kind, axes, y_kept)
+            y_dot = y_dot + jnp.sum(jnp.real(jnp.conj(grad) * x_dot), axis=axes, keepdims=True)
+        if not _is_zero(p_dot):
+            y_dot = y_dot + _p_partial(jnp.abs(x), ord, y_kept, axes) * jnp.real(p_dot)
+        return (y_dot if keepdims else jnp.squeeze(y_dot, axes)).astype(y.dtype)
 
-    return y, _pushed(norm_pushforward, x_dot)
+    return y, _pushed(norm_pushforward, x_dot, p_dot)
 
 
 @norm.rrule
 def norm_rrule(x, *options, **kw_options):
-    ord, axis, keepdims = _norm_options(*options, **kw_options)
     project_x = ProjectTo(x)
-    kind, axes = _norm_kind(jnp.ndim(x), ord, axis)
-    y = jnp.linalg.norm(x, ord=ord, axis=axis, keepdims=keepdims)
-    grad = _norm_gradient(x, ord, kind, axes, y if keepdims else jnp.expand_dims(y, axes))
+    y, y_kept, kind, axes, ord, keepdims = _norm_forward(x, options, kw_options)
+    differentiates_p = bool(options) and kind == "p"
+    project_p = ProjectTo(options[0]) if differentiates_p else None
 
     def norm_pullback(y_bar):
         y_bar = unthunk(y_bar)
+        rest = _nots(max(len(options) - 1, 0))
+        if _is_zero(y_bar):
+            p_bar = (ZeroTangent() if differentiates_p else NoTangent(),) if options else ()
+            return (NoTangent(), ZeroTangent()) + p_bar + rest
         y_bar = y_bar if keepdims else jnp.expand_dims(y_bar, axes)
-        return (NoTangent(), project_x(y_bar * grad)) + _nots(len(options))
+        x_bar = project_x(y_bar * _norm_gradient(x, ord, kind, axes, y_kept))
+        if not options:
+            return NoTangent(), x_bar
+        if differentiates_p:  # p is one scalar: the seeds of every norm summed
+            p_bar = project_p(jnp.sum(jnp.real(y_bar) * _p_partial(jnp.abs(x), ord, y_kept, axes)))
+        else:
+            p_bar = NoTangent()
+        return (NoTangent(), x_bar, p_bar) + rest
 
     return y, norm_pullback
 
 
 # ----- normalize ----------------------------------------------------------------------------
+def _normalized(x: jax.Array, axis: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(y, top, s): y = x / ||x|| (0 where ||x|| = 0), ||x|| = top * s with top = max|x| and s in
+    [1, sqrt(n)] (keepdims): scaled, so that neither |x|^2 nor ||x|| need be representable."""
+    top = jnp.max(jnp.abs(x), axis=axis, keepdims=True)
+    xs = _scaled(x, top)
+    s = jnp.sqrt(jnp.sum(jnp.abs(xs) ** 2, axis=axis, keepdims=True))
+    return _safe_div(xs, s).astype(jnp.result_type(x)), top, s
+
+
+def _divide_by_norm(v: jax.Array, top: jax.Array, s: jax.Array) -> jax.Array:
+    """v / ||x|| with ||x|| = top * s, in two steps (||x|| itself may overflow); 0 where it is 0."""
+    return _safe_div(_safe_div(v, top), s).astype(jnp.result_type(v))
+
+
 @primitive(examples=[(_V3Z,), (_M43.astype(np.float32), 1)])
 def normalize(x: jax.Array, axis: int | tuple[int, ...] | None = None) -> jax.Array:
     """x / ||x||_2 (over all entries, or along `axis`), and 0 where ||x|| = 0.
 
     Why a rule: x / jnp.linalg.norm(x) is NaN at 0 and so is its gradient; here the value
     and the cotangent are 0 there, and elsewhere the pullback is one projection,
-    (y_bar - y Re<y, y_bar>) / ||x||.
+    (y_bar - y Re<y, y_bar>) / ||x||. Computed scaled by max|x|: at [3e-170, 4e-170]
+    (float64) plain JAX's x / norm(x) is [inf, inf] (float32 [3e20, 4e20]: [0, 0]), here
+    [0.6, 0.8] and the right pullback.
 
     Args:
       x: an array (real or complex).
@@ -243,20 +393,18 @@ def normalize(x: jax.Array, axis: int | tuple[int, ...] | None = None) -> jax.Ar
 
     See also: `norm`.
     """
-    r = jnp.sqrt(jnp.sum(jnp.abs(x) ** 2, axis=axis, keepdims=True))
-    return _safe_div(x, r).astype(jnp.result_type(x))
+    return _normalized(x, axis)[0]
 
 
 @normalize.frule
 def normalize_frule(tangents, x, *options, axis=None):
     _, x_dot, *_ = tangents
     (axis,) = options or (axis,)
-    r = jnp.sqrt(jnp.sum(jnp.abs(x) ** 2, axis=axis, keepdims=True))
-    y = _safe_div(x, r).astype(jnp.result_type(x))
+    y, top, s = _normalized(x, axis)
 
     def normalize_pushforward(x_dot):  # the pullback's projection, which is self-adjoint
         along = jnp.sum(jnp.real(jnp.conj(y) * x_dot), axis=axis, keepdims=True)
-        return _safe_div(x_dot - y * along, r).astype(y.dtype)
+        return _divide_by_norm(x_dot - y * along, top, s).astype(y.dtype)
 
     return y, _pushed(normalize_pushforward, x_dot)
 
@@ -265,13 +413,14 @@ def normalize_frule(tangents, x, *options, axis=None):
 def normalize_rrule(x, *options, axis=None):
     (axis,) = options or (axis,)
     project_x = ProjectTo(x)
-    r = jnp.sqrt(jnp.sum(jnp.abs(x) ** 2, axis=axis, keepdims=True))
-    y = _safe_div(x, r).astype(jnp.result_type(x))
+    y, top, s = _normalized(x, axis)
 
     def normalize_pullback(y_bar):
         y_bar = unthunk(y_bar)
+        if _is_zero(y_bar):
+            return (NoTangent(), ZeroTangent()) + _nots(len(options))
         along = jnp.sum(jnp.real(jnp.conj(y) * y_bar), axis=axis, keepdims=True)
-        return (NoTangent(), project_x(_safe_div(y_bar - y * along, r))) + _nots(len(options))
+        return (NoTangent(), project_x(_divide_by_norm(y_bar - y * along, top, s))) + _nots(len(options))
 
     return y, normalize_pullback
 

@@ -5,7 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import rules
+from rules import NoTangent, ZeroTangent
 from rules.library import linalg as la
+from rules.testing import test_frule, test_rrule
 
 
 def _cofactor_adjugate(A):
@@ -64,6 +67,140 @@ def test_normalize_is_finite_at_zero_where_jax_is_nan():
     x = jnp.array([0.3, -1.0, 2.0])  # and agrees with JAX away from 0
     np.testing.assert_allclose(jax.grad(lambda x: w @ la.normalize(x))(x),
                                jax.grad(lambda x: w @ (x / jnp.linalg.norm(x)))(x), rtol=1e-12)
+
+
+# 3-4-5 at the ends of the range: JAX squares the entries (underflow to 0 / overflow to inf).
+# True values: ||(3, 4)||_2 = 5, gradient (3, 4) / 5; ||(3, 4)||_3 = 91^(1/3) = 4.497941445275415,
+# gradient (a / y)^2 = (9, 16) / 91^(2/3); all scale with the entries (degree 1, degree 0).
+_P3 = 91 ** (1 / 3)
+
+
+@pytest.mark.parametrize("scale, dtype, jax_value", [(1e-170, np.float64, 0.0), (1e20, np.float32, np.inf)],
+                         ids=["tiny-float64", "huge-float32"])
+@pytest.mark.parametrize("ord, shape, true_value, true_gradient", [
+    (None, (2,), 5.0, [0.6, 0.8]),
+    (2, (2,), 5.0, [0.6, 0.8]),
+    ("fro", (1, 2), 5.0, [0.6, 0.8]),
+    (3, (2,), _P3, [9 / _P3**2, 16 / _P3**2]),
+], ids=["none", "2", "fro", "3"])
+def test_norm_is_scaled_where_jax_underflows_or_overflows(scale, dtype, jax_value, ord, shape, true_value,
+                                                          true_gradient):
+    x = (np.array([3.0, 4.0]) * scale).astype(dtype).reshape(shape)
+    assert float(jnp.linalg.norm(x, ord)) == jax_value
+    rtol = 1e-6 if dtype == np.float32 else 1e-14
+    np.testing.assert_allclose(float(la.norm(x, ord)), true_value * scale, rtol=rtol)  # eager: the primal
+    np.testing.assert_allclose(float(jax.jit(lambda x: la.norm(x, ord))(x)), true_value * scale, rtol=rtol)
+    for grad in (jax.grad(lambda x: la.norm(x, ord)), jax.jit(jax.grad(lambda x: la.norm(x, ord)))):
+        np.testing.assert_allclose(grad(x).ravel(), true_gradient, rtol=rtol)
+    x_dot = np.array([1.0, -2.0], dtype).reshape(shape)  # forward mode: <gradient, x_dot>
+    np.testing.assert_allclose(jax.jvp(lambda x: la.norm(x, ord), (x,), (x_dot,))[1],
+                               np.dot(true_gradient, [1.0, -2.0]), rtol=rtol)
+
+
+@pytest.mark.parametrize("scale, dtype, jax_value", [(1e-170, np.float64, np.inf), (1e20, np.float32, 0.0)],
+                         ids=["tiny-float64", "huge-float32"])
+def test_normalize_is_scaled_where_jax_is_infinite_or_zero(scale, dtype, jax_value):
+    x = (np.array([3.0, 4.0]) * scale).astype(dtype)
+    np.testing.assert_array_equal(x / jnp.linalg.norm(x), [jax_value, jax_value])  # x / 0, x / inf
+    rtol = 1e-6 if dtype == np.float32 else 1e-14
+    np.testing.assert_allclose(la.normalize(x), [0.6, 0.8], rtol=rtol)
+    # the Jacobian of x / ||x|| is (I - y y^T) / ||x||, y = (0.6, 0.8): times ||x|| = 5 scale
+    true = np.array([[0.64, -0.48], [-0.48, 0.36]])
+    np.testing.assert_allclose(jax.jacrev(la.normalize)(x) * (5 * scale), true, rtol=rtol, atol=1e-7)
+    np.testing.assert_allclose(jax.jacfwd(la.normalize)(x) * (5 * scale), true, rtol=rtol, atol=1e-7)
+
+
+def test_norm_with_a_negative_p_and_a_zero_entry_has_the_zero_subgradient():
+    x = jnp.array([0.0, 1.0, 2.0])  # ||x||_p = 0 for every p < 0, on a neighbourhood of x_1 = 0 too
+    assert np.isnan(jax.grad(lambda x: jnp.linalg.norm(x, -1))(x)).any()
+    assert float(la.norm(x, -1)) == 0.0
+    np.testing.assert_array_equal(jax.grad(lambda x: la.norm(x, -1))(x), np.zeros(3))  # was inf for x_2, x_3
+
+
+# ----- a float p is differentiated (ChainRules' norm(x, p)) -------------------------------------
+def test_norm_differentiates_a_float_p_traced_or_not():
+    x = jnp.array([3.0, 4.0])
+    # d/dp (3^p + 4^p)^(1/p) at p = 2: (y / p) sum (a / y)^p log(a / y), y = 5
+    true_dp = 2.5 * (0.36 * np.log(0.6) + 0.64 * np.log(0.8))
+    with pytest.raises((TypeError, ValueError)):  # plain JAX: ord must be static (hashable, concrete)
+        jax.grad(lambda p: jnp.linalg.norm(x, p))(2.0)
+    for grad in (jax.grad(la.norm, argnums=(0, 1)), jax.jit(jax.grad(la.norm, argnums=(0, 1)))):
+        x_bar, p_bar = grad(x, 2.0)
+        np.testing.assert_allclose(x_bar, [0.6, 0.8], rtol=1e-14)
+        np.testing.assert_allclose(p_bar, true_dp, rtol=1e-14)
+    np.testing.assert_allclose(jax.jvp(la.norm, (x, 2.0), (jnp.zeros(2), 1.0))[1], true_dp, rtol=1e-14)
+    _, back = rules.rrule(la.norm, x, 2.0)  # eagerly too: a float p gets its cotangent
+    np.testing.assert_allclose(back(1.0)[2], true_dp, rtol=1e-14)
+
+
+@pytest.mark.parametrize("p, value, x_bar, p_bar", [
+    (np.inf, 4.0, [0.0, 1.0], 0.0),  # max |x|; its limit d/dp is 0
+    (-np.inf, 3.0, [1.0, 0.0], 0.0),  # min |x|
+    (0.0, 2.0, [0.0, 0.0], np.nan),  # the count of nonzero entries: the norm jumps at p = 0 (ChainRules: 0)
+    (0.5, (np.sqrt(3) + 2) ** 2, [1 + 2 / np.sqrt(3), 1 + np.sqrt(3) / 2], None),  # (sum a^p)^(1/p - 1) a^(p - 1)
+    (-1.0, 12 / 7, [(12 / 7) ** 2 / 9, (12 / 7) ** 2 / 16], None),  # y = 1 / (1/3 + 1/4)
+], ids=["inf", "-inf", "0", "0.5", "-1"])
+def test_norm_with_a_traced_p_at_every_kind_of_p(p, value, x_bar, p_bar):
+    x = jnp.array([3.0, 4.0])
+    assert float(jnp.linalg.norm(x, p)) == pytest.approx(value, rel=1e-14)  # JAX's value (a static ord)
+    y, (got_x_bar, got_p_bar) = jax.jit(jax.value_and_grad(la.norm, argnums=(0, 1)))(x, p)
+    assert float(y) == pytest.approx(value, rel=1e-14)
+    np.testing.assert_allclose(got_x_bar, x_bar, rtol=1e-14)
+    if p_bar is None:  # finite p != 0: the closed form, by finite differences
+        p_bar = (jnp.linalg.norm(x, p + 1e-6) - jnp.linalg.norm(x, p - 1e-6)) / 2e-6
+        np.testing.assert_allclose(got_p_bar, p_bar, rtol=1e-8)
+    else:
+        np.testing.assert_array_equal(got_p_bar, p_bar)
+
+
+_RNG = np.random.default_rng(7)
+
+
+def _chainrules_input(p, complex_):
+    """ChainRules' test inputs for norm(x, p): randn(3), with the max (min) entry well separated for
+    p = Inf (-Inf), so that finite differences stay on one side of the kink."""
+    x = _RNG.normal(size=3) + (1j * _RNG.normal(size=3) if complex_ else 0)
+    if p == np.inf:
+        x[-1] = 1000 * _RNG.uniform()
+    elif p == -np.inf:
+        x = 1000 * x
+        x[-1] = _RNG.uniform()
+    return x
+
+
+@pytest.mark.parametrize("complex_", [False, True], ids=["real", "complex"])
+@pytest.mark.parametrize("p", [1.0, 2.0, 2.5, np.inf, -np.inf, 0.5, 3.0])
+def test_norm_with_a_float_p_passes_the_testers_on_chainrules_inputs(p, complex_):
+    x = _chainrules_input(p, complex_)
+    test_rrule(la.norm, x, p)
+    test_frule(la.norm, x, p)
+
+
+@pytest.mark.parametrize("p", [-1.0, 2.0, 2.5])
+def test_norm_of_a_scalar_with_a_float_p_passes_the_testers(p):  # ChainRules' scalar norm(x, p)
+    test_rrule(la.norm, np.array([-0.7]), p)
+    test_frule(la.norm, np.array([0.4 + 0.9j]), p)
+
+
+@pytest.mark.parametrize("complex_", [False, True], ids=["real", "complex"])
+def test_normalize_passes_the_testers_on_chainrules_inputs(complex_):
+    test_rrule(la.normalize, _chainrules_input(2.0, complex_))
+
+
+# ----- zero seeds ---------------------------------------------------------------------------------
+def test_norm_and_normalize_pass_zero_seeds_through_as_chainrules_does():
+    x = jnp.array([0.6, -1.2, 0.9])
+    assert rules.rrule(la.norm, x)[1](ZeroTangent()) == (NoTangent(), ZeroTangent())
+    assert rules.rrule(la.norm, x, 2.5)[1](ZeroTangent()) == (NoTangent(), ZeroTangent(), ZeroTangent())
+    assert rules.rrule(la.norm, x, 3)[1](ZeroTangent()) == (NoTangent(), ZeroTangent(), NoTangent())
+    assert rules.rrule(la.normalize, x)[1](ZeroTangent()) == (NoTangent(), ZeroTangent())
+    assert rules.frule((NoTangent(), ZeroTangent()), la.norm, x)[1] is ZeroTangent()
+    assert rules.frule((NoTangent(), ZeroTangent(), ZeroTangent()), la.norm, x, 2.5)[1] is ZeroTangent()
+    assert rules.frule((NoTangent(), ZeroTangent()), la.normalize, x)[1] is ZeroTangent()
+    # one tangent zero, the other not: only the other counts
+    y_dot = rules.frule((NoTangent(), ZeroTangent(), 1.0), la.norm, x, 2.5)[1]
+    _, back = rules.rrule(la.norm, x, 2.5)
+    np.testing.assert_allclose(y_dot, back(1.0)[2], rtol=1e-14)
 
 
 @pytest.mark.parametrize("A", [
@@ -129,12 +266,15 @@ def test_slogdet_factorises_once_where_jax_factorises_twice(count_equations):
 
 
 # ----- documented behaviour -------------------------------------------------------------------
-def test_norm_max_ties_share_the_seed_and_inf_is_written_as_a_string():
+def test_norm_max_ties_share_the_seed_and_inf_may_be_a_float_or_a_string():
     x = jnp.array([1.0, -1.0, 0.5])
-    np.testing.assert_allclose(jax.jit(jax.grad(lambda x: la.norm(x, "inf")))(x), [0.5, -0.5, 0.0])
-    assert float(la.norm(x, np.inf)) == 1.0  # eagerly a float ord is fine
-    with pytest.raises(TypeError, match="ord='inf'"):  # traced: a Python float is an array to JAX
-        jax.jit(lambda x: la.norm(x, np.inf))(x)
+    for ord in ("inf", np.inf):  # np.inf is traced under jit (a float p): the same norm and subgradient
+        np.testing.assert_allclose(jax.jit(jax.grad(lambda x: la.norm(x, ord)))(x), [0.5, -0.5, 0.0])
+        assert float(jax.jit(lambda x: la.norm(x, ord))(x)) == 1.0
+    assert float(la.norm(x, np.inf)) == 1.0
+    with pytest.raises(TypeError, match="`norm`: a matrix norm needs a static ord"):  # matrix norms: static only
+        jax.jit(lambda A: la.norm(A, np.inf))(jnp.eye(2))
+    assert float(la.norm(jnp.eye(2), np.inf)) == 1.0  # eagerly a float is static
 
 
 def test_norm_nuclear_subgradient_drops_zero_singular_values():
