@@ -85,3 +85,17 @@ def test_packages_ship_py_typed(package):
     assert importlib.resources.files(package).joinpath("py.typed").is_file()
     package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     assert "py.typed" in package_data[package]
+
+
+def test_edge_table_is_right_and_in_the_readme():
+    """docs/build_edges.py: through rules.library.jax every edge gradient is the true one, and
+    README.md shows every row (its plain-JAX column is of the release it was made with)."""
+    spec = importlib.util.spec_from_file_location("build_edges", ROOT / "docs" / "build_edges.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--check"]) == 0
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split(module.BEGIN)[1].split(module.END)[0]
+    for edge, _, ours in module.rows():
+        row = next(line for line in table.splitlines() if line.startswith(f"| `{edge.call}` |"))
+        assert row.split(" | ")[2:4] == [f"{ours:.4g}", f"{edge.true:.4g}"], row

@@ -43,3 +43,10 @@ def test_the_custom_vjp_example_runs():
     namespace: dict = {}
     exec(compile(block, "README.md (custom_vjp)", "exec"), namespace)
     assert (namespace["report"].kind, namespace["report"].modes) == ("jax.vjp", "rev")
+
+
+def test_the_drop_in_namespace_example_runs():
+    block = re.search(r"### One import away.*?```python\n(.*?)```", README, flags=re.S).group(1)
+    namespace: dict = {}
+    exec(compile(block, "README.md (rules.library.jax)", "exec"), namespace)
+    assert float(namespace["hypot_slope"]) == 0.0
