@@ -9,17 +9,31 @@ from here too. Conventions:
   Hermitian part of their input: they compute A -> (A + A^H) / 2 first. Their cotangents
   are therefore Hermitian, and they agree with finite differences taken over every entry
   of A; their tangents depend on the Hermitian part of the input's tangent alone.
-* Degenerate spectra. A pullback (and a pushforward) through eigenvectors has terms
-  1/(w_j - w_i) (eigh) or 1/(s_j^2 - s_i^2) (svd), infinite on repeated values, where JAX
-  returns NaN even for losses that do not depend on the choice of eigenvectors. Here a
-  pair counts as degenerate when |w_i - w_j| <= sqrt(eps) * max|w| (eps of the dtype) and
-  its term is dropped (0 instead of 1/0), by both rules alike; singular values
-  s <= sqrt(eps) * max(s) are treated as 0 in the 1/s terms of a non-square svd. The
-  result is finite; it is exact for losses of the eigen/singular values alone and for
-  losses whose V^H V_bar (U^H U_bar, V^H V_bar) has no off-diagonal entries inside a
-  degenerate eigenspace, e.g. trace(V diag(g(w)) V^H). A smooth function of the matrix,
-  V diag(f(w)) V^H, has a nonzero limit there (f'(w)); `sym_matrix_function` computes it
-  (Daleckii-Krein), so use it for matrix functions.
+* Degenerate spectra: never a finite wrong number. A pullback (and a pushforward) through
+  eigenvectors has terms 1/(w_j - w_i) (eigh) or 1/(s_j^2 - s_i^2) (svd), infinite on
+  repeated values. A pair counts as degenerate when |w_i - w_j| <= sqrt(eps) * max|w| (eps
+  of the dtype); singular values s <= sqrt(eps) * max(s) count as 0 in the 1/s terms (which
+  exist where A is not square, and for complex A). For a degenerate pair (i, j), i != j, the
+  true contribution is the limit of (G_ij - conj(G_ji)) / (w_j - w_i), G = V^H V_bar, which
+  the cotangent at the point does not determine: sum(V diag(w) V^H) (a nonzero limit) and a
+  projector onto the block (a zero one) give the same kind of G there. So:
+  - reverse mode: where a degenerate pair has G_ij or G_ji beyond roundoff (64 n eps max|G|;
+    svd: J = U^H U_bar or K = V^H V_bar), or a zero singular value's 1/s_i terms meet a
+    cotangent of its triplet (s_bar_i, or u_bar_i / v_bar_i where that side divides by s_i),
+    the whole cotangent of that matrix is NaN. Where the cotangent has no component in a
+    degenerate block (losses of the values alone, of eigenvectors with a gap, losses that do
+    not see rotations in the block such as trace(V diag(g(w)) V^H)), the pair's term is
+    dropped and the result is exact. What the rule cannot see: a cotangent that vanishes at
+    the point but not nearby (e.g. sum(V diag(w - 1) V^H) at A = I, where V_bar = 0) still has
+    its pair terms dropped; write such losses as spectral functions.
+  - forward mode: the tangent of a vector in a degenerate block, where the tangent's
+    K = V^H herm(A_dot) V (svd: U^H A_dot V) has off-diagonal entries in its row or column
+    beyond roundoff, is NaN (its first-order formula is 0/0 or misses second-order terms);
+    so is u_i (v_i) of a zero singular value whose 1/s_i term has a numerator beyond roundoff.
+    The values' tangents and the other vectors' are finite.
+  For spectral functions f(A) = V diag(f(w)) V^H, whose derivative is determined at
+  repeated eigenvalues, use `rules.library.linalg_matfun.sym_matrix_function` (divided
+  differences, Daleckii-Krein).
 * Phase convention. Eigenvectors and singular vector pairs are only determined up to a
   sign (a phase), and backends (LAPACK, cuSOLVER's Jacobi, batched or not) choose it
   differently. `eigh` and `svd` fix it: each eigenvector v_i, and each pair (u_i, v_i)
@@ -66,6 +80,50 @@ def _inverse_gaps(w: jax.Array, v: jax.Array) -> jax.Array:
     """F_ij = 1 / (v_j - v_i), and 0 on the diagonal and on degenerate pairs of w."""
     skip = _degenerate(w)
     return jnp.where(skip, 0, 1 / jnp.where(skip, 1, v[..., None, :] - v[..., :, None]))
+
+
+def _beyond_roundoff(x: jax.Array, *scales: jax.Array) -> jax.Array:
+    """|x| > 64 n eps max|scale| (per matrix of a batch; n the last axis' length): an entry the
+    rounding of the products that made x cannot explain."""
+    top = jnp.zeros(x.shape[:-2] + (1, 1), jnp.abs(x).dtype)
+    for scale in scales:
+        a = jnp.abs(scale)
+        top = jnp.maximum(top, jnp.max(a.reshape(a.shape[:-2] + (-1,)), axis=-1)[..., None, None])
+    eps = np.finfo(top.dtype).eps
+    return jnp.abs(x) > 64 * x.shape[-1] * eps * top
+
+
+def _off_diagonal(mask: jax.Array) -> jax.Array:
+    """mask without its diagonal (the last two axes)."""
+    return mask & ~jnp.eye(mask.shape[-1], dtype=bool)[(None,) * (mask.ndim - 2)]
+
+
+def _mixes_a_degenerate_block(w: jax.Array, *Gs: jax.Array) -> jax.Array:
+    """(...,) bool: whether some degenerate pair i != j of w has G_ij or G_ji beyond roundoff (any G).
+
+    There the pullback's term (G_ij - conj(G_ji)) / (w_j - w_i) is 0/0 at best: its limit, which
+    the derivative needs, is not determined by the cotangent at the point (module docstring).
+    """
+    pairs = _off_diagonal(_degenerate(w))
+    hit = jnp.zeros(pairs.shape, bool)
+    for G in Gs:
+        big = _beyond_roundoff(G, *Gs)
+        hit = hit | big | jnp.swapaxes(big, -1, -2)
+    return jnp.any(pairs & hit, axis=(-2, -1))
+
+
+def _moving_in_a_degenerate_block(w: jax.Array, K: jax.Array) -> jax.Array:
+    """(..., 1, n) bool: columns i with a degenerate partner j != i whose row or column i of the
+    tangent's K has an off-diagonal entry beyond roundoff: there the vector's tangent is not
+    determined (the first-order formula has 0/0 or misses second-order terms; module docstring)."""
+    partnered = jnp.any(_off_diagonal(_degenerate(w)), axis=-1)
+    big = _off_diagonal(_beyond_roundoff(K, K))
+    moved = jnp.any(big | jnp.swapaxes(big, -1, -2), axis=-1)
+    return (partnered & moved)[..., None, :]
+
+
+def _nan_where(bad: jax.Array, x: jax.Array) -> jax.Array:
+    return jnp.where(bad, jnp.asarray(np.nan, x.dtype), x)
 
 
 def _diag_sandwich(V: jax.Array, X: jax.Array, W: jax.Array | None = None) -> jax.Array:
@@ -132,10 +190,13 @@ def eigh(A: jax.Array) -> tuple[jax.Array, jax.Array]:
     rule is the derivative of that function (module docstring). JAX's eigh pullback
     divides by eigenvalue gaps and is NaN at repeated eigenvalues (and inaccurate at
     nearly repeated ones) even for losses that ignore the choice of eigenvectors (e.g.
-    trace(V diag(g(w)) V^H)); here degenerate pairs are dropped (module docstring), the
-    1/(w_j - w_i) terms are skipped entirely when the eigenvectors get no cotangent, and
-    the cotangent is Hermitian (the function reads (A + A^H) / 2). For smooth matrix
-    functions use `sym_matrix_function` instead.
+    trace(V diag(g(w)) V^H)); here a degenerate pair's term is dropped where the
+    cotangent has no component in its block, and the cotangent is NaN where it has one
+    (the derivative is not determined there, e.g. sum(V diag(w) V^H) at A = I, true
+    gradient all ones); in forward mode the tangents of vectors moved inside a degenerate
+    block are NaN (module docstring). The 1/(w_j - w_i) terms are skipped entirely when
+    the eigenvectors get no cotangent, and the cotangent is Hermitian (the function reads
+    (A + A^H) / 2). For spectral functions use `sym_matrix_function` instead.
 
     Args:
       A: an array (..., n, n); only its Hermitian part is used.
@@ -173,7 +234,7 @@ def eigh_frule(tangents, A):
         K = _H(v) @ _herm(A_dot) @ v
         w_dot = jnp.real(jnp.diagonal(K, axis1=-2, axis2=-1))
         (v_dot,) = _with_phase_turn(v, k, v @ (_inverse_gaps(w, w) * K))
-        return w_dot, v_dot
+        return w_dot, _nan_where(_moving_in_a_degenerate_block(w, K), v_dot)
 
     return (w, v), _pushed(eigh_pushforward, A_dot)
 
@@ -187,11 +248,15 @@ def eigh_rrule(A):
         w_bar, v_bar = unthunk(y_bar)
         v_bar = _with_phase_term(v, k, v_bar)
         inner = jnp.zeros(v.shape, v.dtype)
+        undetermined = jnp.zeros(w.shape[:-1], bool)
         if not _is_zero(w_bar):
             inner = inner + _diag(w_bar)
         if not _is_zero(v_bar):
-            inner = inner + _inverse_gaps(w, w) * (_H(v) @ v_bar)
-        return NoTangent(), project_A(_herm(_sandwich(v, inner)))
+            G = _H(v) @ v_bar
+            inner = inner + _inverse_gaps(w, w) * G
+            undetermined = _mixes_a_degenerate_block(w, G)
+        A_bar = _herm(_sandwich(v, inner))
+        return NoTangent(), project_A(_nan_where(undetermined[..., None, None], A_bar))
 
     return (w, v), eigh_pullback
 
@@ -243,10 +308,20 @@ def eigvalsh_rrule(A):
 
 
 # ----- svd ----------------------------------------------------------------------------------
+def _tiny(s: jax.Array) -> jax.Array:
+    """Singular values s <= sqrt(eps) max(s): treated as 0 in the 1/s terms."""
+    return s <= np.sqrt(np.finfo(s.dtype).eps) * jnp.max(s, axis=-1, keepdims=True)
+
+
 def _svd_weights(s: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(F, 1/s): F_ij = 1/(s_j^2 - s_i^2) and 1/s, 0 on degenerate pairs and tiny s."""
-    tiny = s <= np.sqrt(np.finfo(s.dtype).eps) * jnp.max(s, axis=-1, keepdims=True)
+    tiny = _tiny(s)
     return _inverse_gaps(s, s * s), jnp.where(tiny, 0, 1 / jnp.where(tiny, 1, s))
+
+
+def _columns_beyond_roundoff(x: jax.Array, *scales: jax.Array) -> jax.Array:
+    """(..., k) bool: the columns of x with an entry beyond roundoff (relative to the scales)."""
+    return jnp.any(_beyond_roundoff(x, *scales), axis=-2)
 
 
 def _svd_tangent(u, s, v, A_dot):
@@ -254,6 +329,8 @@ def _svd_tangent(u, s, v, A_dot):
 
     With P = U^H A_dot V: s_dot = Re diag P, u_dot = U (F o (P S + S P^H) + i Im(diag P) / S)
     + (I - U U^H) A_dot V / S, v_dot = V (F o (S P + P^H S)) + (I - V V^H) A_dot^H U / S.
+    NaN in the columns of u_dot, v_dot that are not determined (module docstring): a degenerate
+    pair moved by P, or a tiny s_i whose 1/s_i term has a numerator beyond roundoff.
     """
     F, s_inv = _svd_weights(s)
     AV, AHU = A_dot @ v, _H(A_dot) @ u
@@ -261,20 +338,38 @@ def _svd_tangent(u, s, v, A_dot):
     p = jnp.diagonal(P, axis1=-2, axis2=-1)
     u_inner = F * (P * s[..., None, :] + s[..., :, None] * _H(P))
     v_inner = F * (s[..., :, None] * P + _H(P) * s[..., None, :])
+    tiny, moved = _tiny(s), _moving_in_a_degenerate_block(s, P)
+    u_off, v_off = AV - u @ P, AHU - v @ _H(P)  # the parts outside span(U), span(V)
+    u_bad = tiny & _columns_beyond_roundoff(u_off, AV, P)
+    v_bad = tiny & _columns_beyond_roundoff(v_off, AHU, P)
     if jnp.iscomplexobj(P):  # the phase of u_i relative to v_i: i Im(P_ii) / s_i
         u_inner = u_inner + _diag(1j * jnp.imag(p) * s_inv)
-    u_dot = u @ u_inner + (AV - u @ P) * s_inv[..., None, :]
-    v_dot = v @ v_inner + (AHU - v @ _H(P)) * s_inv[..., None, :]
+        u_bad = u_bad | (tiny & _columns_beyond_roundoff(jnp.imag(p)[..., None, :], P))
+    u_dot = u @ u_inner + u_off * s_inv[..., None, :]
+    v_dot = v @ v_inner + v_off * s_inv[..., None, :]
+    u_dot = _nan_where(moved | u_bad[..., None, :], u_dot)
+    v_dot = _nan_where(moved | v_bad[..., None, :], v_dot)
     return u_dot, jnp.real(p), v_dot
 
 
 def _svd_cotangent(u, s, v, u_bar, s_bar, v_bar):
-    """A_bar for A = U diag(s) V^H (thin) from the cotangents of U, s, V (any may be zero)."""
+    """A_bar for A = U diag(s) V^H (thin) from the cotangents of U, s, V (any may be zero).
+
+    NaN (the whole A_bar of a matrix) where it is not determined by the cotangents (module
+    docstring): a degenerate pair of s with J = U^H U_bar or K = V^H V_bar beyond roundoff
+    there, or a tiny s_i whose 1/s_i terms exist (A not square, or complex) while triplet i has
+    a cotangent (s_bar_i, or u_bar_i / v_bar_i where that side has a 1/s_i term).
+    """
     inner = jnp.zeros(s.shape + s.shape[-1:], u.dtype)
     out = jnp.zeros(u.shape[:-1] + v.shape[-2:-1], u.dtype)
     F, s_inv = _svd_weights(s)
+    k = s.shape[-1]
+    u_side, v_side = u.shape[-2] > k or jnp.iscomplexobj(u), v.shape[-2] > k  # where 1/s_i terms exist
+    mixing, seen, given = [], [], []  # J, K; the cotangents a tiny s_i must not see; all of them
     if not _is_zero(s_bar):
         inner = inner + _diag(jnp.real(s_bar))
+        given.append(jnp.real(s_bar)[..., None, :])
+        seen += given[-1:] if u_side or v_side else []
     if not _is_zero(u_bar):
         J = _H(u) @ u_bar
         FJ = F * J
@@ -282,12 +377,21 @@ def _svd_cotangent(u, s, v, u_bar, s_bar, v_bar):
         if jnp.iscomplexobj(J):  # the phase of u_i: i Im(J_ii) / s_i
             inner = inner + _diag(1j * jnp.imag(jnp.diagonal(J, axis1=-2, axis2=-1)) * s_inv)
         out = out + ((u_bar - u @ J) * s_inv[..., None, :]) @ _H(v)
+        mixing.append(J)
+        given.append(u_bar)
+        seen += [u_bar] if u_side else []
     if not _is_zero(v_bar):
         K = _H(v) @ v_bar
         FK = F * K
         inner = inner + s[..., :, None] * (FK + _H(FK))
         out = out + (u * s_inv[..., None, :]) @ _H(v_bar - v @ K)
-    return _sandwich(u, inner, v) + out
+        mixing.append(K)
+        given.append(v_bar)
+        seen += [v_bar] if v_side else []
+    undetermined = _mixes_a_degenerate_block(s, *mixing) if mixing else jnp.zeros(s.shape[:-1], bool)
+    for c in seen:  # empty where A is square and real: no 1/s_i terms
+        undetermined = undetermined | jnp.any(_tiny(s) & _columns_beyond_roundoff(c, *given), axis=-1)
+    return _nan_where(undetermined[..., None, None], _sandwich(u, inner, v) + out)
 
 
 @primitive(examples=[(_M43,), (_M43.T.astype(np.float32),), (_M3Z[:2],)])
@@ -298,8 +402,12 @@ def svd(A: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     the rule is the derivative of that function, also for complex A and losses that see
     the phases (module docstring). JAX's svd pullback divides by s_j^2 - s_i^2 and is NaN
     at repeated singular values; here degenerate pairs and (near-)zero singular values in
-    the 1/s terms are dropped (module docstring), so the cotangent is finite, and exact
-    for the losses described there (functions of s alone, or e.g. trace(u diag(g(s)) u^H)).
+    the 1/s terms are dropped where the cotangent has no component there, so the cotangent
+    is exact for the losses described in the module docstring (functions of s alone, or
+    e.g. trace(u diag(g(s)) u^H)), and NaN where it has one, the derivative not being
+    determined by it (sum(u diag(s) vt) at I, or at the rank-one [[2, 0], [0, 0], [0, 0]]:
+    true gradient all ones). Forward mode likewise: NaN for the vectors whose tangent is
+    not determined (module docstring).
 
     Args:
       A: an array (..., m, n), real or complex.

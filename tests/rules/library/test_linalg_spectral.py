@@ -41,7 +41,7 @@ def _trace_of_exp(eigh):
 
 @pytest.mark.parametrize("A, exactly_equal", [(jnp.eye(3), True), (REPEATED, False)],
                          ids=["identity", "rotated-1-1-2"])
-def test_eigh_is_right_for_a_rotation_invariant_loss_at_a_repeated_eigenvalue(A, exactly_equal):
+def test_eigh_is_right_in_reverse_mode_for_a_rotation_invariant_loss_at_a_repeated_eigenvalue(A, exactly_equal):
     """Where the eigenvalues are exactly equal (the identity), JAX divides by 0: NaN. Where
     rounding splits them by ~1e-16 (the rotated matrix), JAX divides rounding noise by
     rounding noise, and what comes out depends on the last bits of the arithmetic: NaN, a
@@ -53,8 +53,11 @@ def test_eigh_is_right_for_a_rotation_invariant_loss_at_a_repeated_eigenvalue(A,
         assert not np.all(np.isfinite(jax.grad(_trace_of_exp(jnp.linalg.eigh))(A)))
         assert not np.isfinite(jax.jvp(_trace_of_exp(jnp.linalg.eigh), (A,), (A_dot,))[1])
     np.testing.assert_allclose(jax.grad(_trace_of_exp(sp.eigh))(A), expected, rtol=1e-12)
-    np.testing.assert_allclose(jax.jvp(_trace_of_exp(sp.eigh), (A,), (A_dot,))[1], np.sum(expected * A_dot),
-                               rtol=1e-12)
+    # forward mode cannot know that the loss ignores the rotation inside the block: the tangent
+    # of V there is not determined (NaN, not a guess); expm_sym (Daleckii-Krein) has the answer
+    assert np.isnan(jax.jvp(_trace_of_exp(sp.eigh), (A,), (A_dot,))[1])
+    np.testing.assert_allclose(jax.jvp(lambda A: jnp.trace(sp.expm_sym(A)), (A,), (A_dot,))[1],
+                               np.sum(expected * A_dot), rtol=1e-12)
 
 
 def test_eigh_with_an_eigenvalue_loss_skips_the_gaps_and_agrees_with_jax():
@@ -78,6 +81,70 @@ def test_svd_is_finite_for_a_rotation_invariant_loss_at_repeated_singular_values
     assert np.isnan(jax.grad(loss(lambda A: jnp.linalg.svd(A, full_matrices=False)))(A)).all()
     np.testing.assert_allclose(jax.grad(loss(sp.svd))(A), 3 * A, atol=1e-12)
     np.testing.assert_allclose(jax.grad(lambda A: jnp.sum(sp.svdvals(A)))(A), A, atol=1e-12)
+
+
+# ----- never finite but wrong: NaN where the derivative is not determined ------------------------
+def _sum_of_reconstruction(name):
+    def loss(A):  # sum(V diag(w) V^T) = sum(A) (eigh, symmetric A), sum(U diag(s) V^T) = sum(A) (svd)
+        if name == "eigh":
+            w, v = sp.eigh(A)
+            return jnp.sum(v @ jnp.diag(w) @ v.T)
+        if name == "jax-eigh":
+            w, v = jnp.linalg.eigh(A)
+            return jnp.sum(v @ jnp.diag(w) @ v.T)
+        u, s, vt = sp.svd(A) if name == "svd" else jnp.linalg.svd(A, full_matrices=False)
+        return jnp.sum((u * s[None, :]) @ vt)
+
+    return loss
+
+
+@pytest.mark.parametrize("name, A", [
+    ("eigh", jnp.eye(3)),  # a triple eigenvalue
+    ("svd", jnp.eye(3)),  # a triple singular value
+    ("svd", jnp.array([[2.0, 0.0], [0.0, 0.0], [0.0, 0.0]])),  # rank 1, tall: a zero singular value
+], ids=["eigh-identity", "svd-identity", "svd-rank-one-tall"])
+def test_a_loss_through_the_vectors_of_a_degenerate_spectrum_gets_nan_not_a_wrong_gradient(name, A):
+    # the loss is sum(A): true gradient all ones. The cotangent at the point cannot tell it from a
+    # loss whose gradient differs (e.g. a projector's), so the rule says NaN; it used to drop the
+    # degenerate terms and return the identity (eigh, svd at I) or 0 at [2, 1] (the rank-one case)
+    true = np.ones(A.shape)
+    plain = jax.grad(_sum_of_reconstruction("jax-" + name))(A)
+    assert np.isnan(plain).all()  # plain JAX: NaN too (1/0 and 0/0)
+    ours = jax.grad(_sum_of_reconstruction(name))(A)
+    assert np.isnan(ours).all()
+    assert np.isnan(jax.jit(jax.grad(_sum_of_reconstruction(name)))(A)).all()
+    A_dot = jnp.ones(A.shape)  # forward mode: the vectors' tangents are NaN in the block
+    assert np.isnan(jax.jvp(_sum_of_reconstruction(name), (A,), (A_dot,))[1])
+    if name == "eigh":  # a spectral function: sym_matrix_function takes the limit (Daleckii-Krein)
+        identity = lambda w: w  # noqa: E731
+        np.testing.assert_allclose(jax.grad(lambda A: jnp.sum(sp.sym_matrix_function(A, identity)))(A), true,
+                                   rtol=1e-12)
+        np.testing.assert_allclose(jax.jvp(lambda A: jnp.sum(sp.sym_matrix_function(A, identity)), (A,), (A_dot,))[1],
+                                   np.sum(true * A_dot), rtol=1e-12)
+
+
+def test_eigh_keeps_the_exact_gradient_of_an_eigenvector_with_a_gap_beside_a_degenerate_block():
+    D, g = jnp.diag(jnp.array([1.0, 1.0, 2.0])), jnp.array([0.3, -1.0, 2.0])
+    loss = lambda eigh: lambda A: g @ eigh(A)[1][:, 2]  # noqa: E731  (v_3: eigenvalue 2, simple)
+    assert np.isnan(jax.grad(loss(jnp.linalg.eigh))(D)).all()  # plain JAX: 0 * (1/0) in the block
+    # d v_3 = (I - v_3 v_3^T) dA v_3 / (2 - 1), v_3 = e_3: A_bar = herm((I - e_3 e_3^T) g e_3^T)
+    true = np.array([[0.0, 0.0, 0.15], [0.0, 0.0, -0.5], [0.15, -0.5, 0.0]])
+    np.testing.assert_allclose(jax.grad(loss(sp.eigh))(D), true, atol=1e-15)
+    A_dot = jnp.array([[0.5, 1.0, -2.0], [1.0, 0.0, 0.7], [-2.0, 0.7, 0.3]])  # forward: v_3's tangent is finite,
+    _, v_dot = jax.jvp(sp.eigh, (D,), (A_dot,))[1]  # the block's is not determined (A_dot mixes it)
+    np.testing.assert_allclose(v_dot[:, 2], [-2.0, 0.7, 0.0], atol=1e-15)
+    assert np.isnan(v_dot[:, :2]).all()
+
+
+def test_svd_tangent_of_a_zero_singular_values_vector_is_nan_and_the_rest_finite():
+    A = jnp.array([[2.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    A_dot = jnp.array([[0.5, 1.0], [-1.0, 0.3], [0.2, 0.7]])
+    u_dot, s_dot, vt_dot = jax.jvp(sp.svd, (A,), (A_dot,))[1]
+    # u_2 of s_2 = 0 moves by (I - U U^T) A_dot v_2 / s_2 = (0, 0, 0.7) / 0: not determined
+    assert np.isnan(u_dot[:, 1]).all()
+    np.testing.assert_allclose(s_dot, [0.5, 0.3], atol=1e-15)  # s_dot = diag(U^T A_dot V)
+    # u_1 = e_1 moves by (A_dot v_1 - u_1 (u_1^T A_dot v_1)) / s_1 + the pair term: (0, -0.5, 0.1)
+    np.testing.assert_allclose(u_dot[:, 0], [0.0, -0.5, 0.1], atol=1e-15)
 
 
 # ----- documented behaviour -------------------------------------------------------------------
