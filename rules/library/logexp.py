@@ -30,7 +30,7 @@ from .._registry import frule, register_examples, rrule
 from .._thunks import unthunk
 from .._zeros import AbstractZero, NoTangent, ZeroTangent
 
-__all__ = ["xlogy", "xlog1py", "xlogx", "xexpy", "exprel"]
+__all__ = ["xlogy", "xlog1py", "xlogx", "xexpy", "exprel", "weighted_logsumexp", "logsumexp"]
 
 # Example inputs: ordinary points, and the edges the rules exist for (x = 0, y = 0 or -1).
 _X = np.array([0.0, 0.7, 1.9, 2.5])
@@ -368,3 +368,87 @@ def exprel_frule(tangents, x):
     if isinstance(x_dot, AbstractZero):
         return y, ZeroTangent()
     return y, _exprel_slope(x) * jnp.asarray(x_dot, y.dtype)
+
+
+# ----- logsumexp with weights ---------------------------------------------------------------
+def _lse_axes(axis: Any, ndim: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    return tuple(sorted(a % ndim for a in ((axis,) if isinstance(axis, int) else axis)))
+
+
+def _lse_weights(a: jax.Array, y_kept: jax.Array) -> jax.Array:
+    """exp(a - y): d y / d b. Where y is -inf: inf (b = 0 there, and the sum grows from 0),
+    and 0 for an a of -inf too (an empty row, as the library's `nn.logsumexp`)."""
+    empty = jnp.isneginf(y_kept) & jnp.isneginf(a)
+    return jnp.where(empty, 0.0, jnp.exp(jnp.where(empty, 0.0, a - y_kept)))
+
+
+@primitive(examples=[(np.array([[0.0, 0.7, -1.0], [2.0, 0.3, 0.1]]), np.array([[1.0, 0.0, 2.0], [0.5, 1.0, 0.0]]), 1),
+                     (np.array([0.5, -0.2, 1.0], np.float32), np.array([0.0, 1.0, 3.0], np.float32))])  # fmt: skip
+def weighted_logsumexp(a, b, axis=None, keepdims=False):
+    """log(sum(b * exp(a))) over `axis`, the weighted form of `jax.scipy.special.logsumexp`.
+
+    Why a rule: JAX's derivative in b is 0 where b == 0 (it drops those terms before the sum),
+    but the sum grows there: d/db_i = exp(a_i - y), which the pullback gives; d/da_i =
+    b_i exp(a_i - y). `logsumexp(a, b=b)` of this module (JAX's signature) calls it.
+
+    Args:
+      a: the exponents.
+      b: the weights (>= 0), broadcasting with `a`.
+      axis: None (every axis), an int or a tuple of ints.
+      keepdims: keep the reduced axes with size 1.
+
+    Returns:
+      The weighted log-sum-exp over `axis`.
+
+    >>> import jax, jax.numpy as jnp
+    >>> a, b = jnp.log(jnp.array([1.0, 2.0, 4.0])), jnp.array([1.0, 1.0, 0.0])
+    >>> jax.grad(weighted_logsumexp, argnums=1)(a, b).round(6).tolist()   # JAX: [0.333333, 0.666667, 0.0]
+    [0.333333, 0.666667, 1.333333]
+
+    See also: `logsumexp`, `rules.library.nn.logsumexp`.
+    """
+    return jsp.logsumexp(a, axis=axis, b=b, keepdims=keepdims)
+
+
+@weighted_logsumexp.rrule
+def weighted_logsumexp_rrule(a, b, *options, **kw_options):
+    axis, keepdims = (list(options) + [None, False][len(options):])[:2]
+    axis, keepdims = kw_options.get("axis", axis), kw_options.get("keepdims", keepdims)
+    project_a, project_b = ProjectTo(a), ProjectTo(b)
+    a_, b_ = jnp.broadcast_arrays(jnp.asarray(a), jnp.asarray(b))
+    axes = _lse_axes(axis, a_.ndim)
+    y = jsp.logsumexp(a_, axis=axes, b=b_, keepdims=True)
+    w = _lse_weights(a_, y)
+
+    def weighted_logsumexp_pullback(y_bar):
+        y_bar = unthunk(y_bar)
+        if isinstance(y_bar, AbstractZero):
+            return (NoTangent(), ZeroTangent(), ZeroTangent()) + (NoTangent(),) * len(options)
+        y_bar = jnp.asarray(y_bar) if keepdims else jnp.expand_dims(y_bar, axes)
+        b_bar = _unbroadcast(y_bar * w, jnp.shape(b))
+        a_bar = _unbroadcast(y_bar * b_ * w, jnp.shape(a))
+        return (NoTangent(), project_a(a_bar), project_b(b_bar)) + (NoTangent(),) * len(options)
+
+    return (y if keepdims else jnp.squeeze(y, axes)), weighted_logsumexp_pullback
+
+
+def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, where=None):
+    """`jax.scipy.special.logsumexp` (JAX's signature and values), whose derivative in `b` is
+    right where b == 0 (JAX's: 0; true: exp(a_i - y)).
+
+    With `b` and neither `return_sign` nor `where`, this is `weighted_logsumexp`; otherwise
+    JAX's own function (its derivatives are right there, or the same as JAX's: with
+    `return_sign` or `where` and a zero weight, d/db is JAX's 0).
+
+    >>> import jax, jax.numpy as jnp
+    >>> a = jnp.zeros(3)
+    >>> jax.grad(lambda b: logsumexp(a, b=b))(jnp.array([1.0, 1.0, 0.0])).tolist()
+    [0.5, 0.5, 0.5]
+
+    See also: `weighted_logsumexp`, `jax.scipy.special.logsumexp`.
+    """
+    if b is None or return_sign or where is not None:
+        return jsp.logsumexp(a, axis=axis, b=b, keepdims=keepdims, return_sign=return_sign, where=where)
+    return weighted_logsumexp(a, b, axis, keepdims)

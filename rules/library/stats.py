@@ -497,7 +497,7 @@ def multinomial_logpmf(x, n, p):
       log P(x), shape of x without its last axis, floating dtype of `p`.
 
     Raises:
-      TypeError: `x` or `n` is not of integer type (as JAX, which raises ValueError).
+      ValueError: `x` or `n` is not of integer type (as JAX).
 
     >>> import jax, jax.numpy as jnp
     >>> from rules.library.stats import multinomial
@@ -509,7 +509,7 @@ def multinomial_logpmf(x, n, p):
     (p,) = _promote("multinomial.logpmf", p)
     x, n = jnp.asarray(x), jnp.asarray(n)
     if not (jnp.issubdtype(x.dtype, jnp.integer) and jnp.issubdtype(n.dtype, jnp.integer)):
-        raise TypeError(
+        raise ValueError(
             format_message(
                 "`rules.library.stats.multinomial.logpmf`: the counts x and the trials n must be integers",
                 expected="integer arrays x and n",

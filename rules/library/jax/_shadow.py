@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from ..._primitive import Primitive
 
-__all__ = ["Ufunc", "like", "fallback"]
+__all__ = ["Ufunc", "like", "fallback", "overlay"]
 
 
 class Ufunc(Primitive):
@@ -49,3 +49,13 @@ def fallback(module_name: str, jax_module: types.ModuleType, ours: dict[str, Any
         return sorted(set(ours) | set(dir(jax_module)))
 
     return __getattr__, __dir__
+
+
+def overlay(name: str, jax_module: types.ModuleType, ours: dict[str, Any]) -> types.ModuleType:
+    """A module named `name`: JAX's `jax_module` with the functions in `ours` replacing its own
+    (`stats.gamma`: our `logpdf` and `pdf`, JAX's `cdf`, `sf`, ...); `SHADOWED` names them."""
+    module = types.ModuleType(name, f"`{jax_module.__name__}`, with the library's {', '.join(sorted(ours))}.")
+    module.__dict__.update(ours)
+    module.SHADOWED = tuple(ours)  # type: ignore[attr-defined]
+    module.__getattr__, module.__dir__ = fallback(name, jax_module, ours)  # type: ignore[attr-defined]
+    return module

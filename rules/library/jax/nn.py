@@ -17,6 +17,7 @@ from __future__ import annotations
 import jax.nn as _jnn
 
 from .. import elementwise as _elementwise  # noqa: F401  (registers the rules used below)
+from .. import logexp as _logexp
 from .. import nn as _nn
 from ..._primitive import primitive as _primitive
 from ._shadow import fallback as _fallback
@@ -29,6 +30,7 @@ celu = _primitive(_jnn.celu)
 softplus = _nn.softplus  # finite for any x
 log_sigmoid = _nn.log_sigmoid  # finite where sigmoid underflows
 squareplus = _nn.squareplus  # finite where x**2 overflows
+logsumexp = _logexp.logsumexp  # d/db where b = 0 (JAX: 0)
 
 
 @_like(_jnn.gelu)
@@ -36,6 +38,6 @@ def gelu(x, approximate=True):  # JAX's default, the tanh form
     return _nn.gelu(x, approximate)
 
 
-SHADOWED = ("sigmoid", "elu", "selu", "celu", "softplus", "log_sigmoid", "squareplus", "gelu")
+SHADOWED = ("sigmoid", "elu", "selu", "celu", "softplus", "log_sigmoid", "squareplus", "gelu", "logsumexp")
 
 __getattr__, __dir__ = _fallback(__name__, _jnn, {name: None for name in SHADOWED})

@@ -32,23 +32,26 @@ _X = np.array([0.3, 1.7, 2.5])
 _M = np.array([[2.0, 0.5, -0.3], [0.1, 1.5, 0.4], [-0.2, 0.3, 1.0]])
 
 
-def _shadowed():
-    for ours, theirs in MODULES:
-        for name in ours.SHADOWED:
-            yield pytest.param(ours, theirs, name, id=f"{theirs.__name__}.{name}")
+def _functions(ours, theirs, prefix):
+    """(our function, JAX's, its dotted name) for every shadowed function, into sub-namespaces."""
+    for name in ours.SHADOWED:
+        mine, jaxs = getattr(ours, name), getattr(theirs, name)
+        if inspect.ismodule(jaxs):  # jax.numpy.linalg, jax.scipy.stats.gamma: their own SHADOWED
+            yield from _functions(mine, jaxs, f"{prefix}{name}.")
+        else:
+            yield mine, jaxs, f"{prefix}{name}"
+
+
+FUNCTIONS = [f for ours, theirs in MODULES for f in _functions(ours, theirs, f"{theirs.__name__}.")]
 
 
 def _parameters(f):
     return [(p.name, p.kind, p.default) for p in inspect.signature(f).parameters.values()]
 
 
-@pytest.mark.parametrize("ours, theirs, name", list(_shadowed()))
-def test_every_shadowed_name_keeps_jax_signature(ours, theirs, name):
-    mine, jaxs = getattr(ours, name), getattr(theirs, name)
+@pytest.mark.parametrize("mine, jaxs, name", FUNCTIONS, ids=[name for _, _, name in FUNCTIONS])
+def test_every_shadowed_name_keeps_jax_signature(mine, jaxs, name):
     assert mine is not jaxs
-    if inspect.ismodule(jaxs):  # jax.numpy.linalg
-        assert inspect.ismodule(mine)
-        return
     assert _parameters(mine) == _parameters(jaxs)
 
 
@@ -72,15 +75,30 @@ SAMPLES = {
     "gelu": (_X - 1,),
     "xlogy": (np.array([0.0, 1.5, 2.0]), _X),
     "xlog1py": (np.array([0.0, 1.5, 2.0]), _X),
-}
+    "betainc": (_X + 0.5, 2.0, _X / 3),
+    "gammainc": (_X + 0.5, _X),
+    "gammaincc": (_X + 0.5, _X),
+    "logsumexp": (np.array([[0.5, -1.0, 2.0], [1.0, 0.2, -0.3]]),),
+    # jax.scipy.stats, as "distribution.function"
+    "gamma.logpdf": (_X, 1.5), "gamma.pdf": (_X, 1.5),
+    "chi2.logpdf": (_X, 3.0), "chi2.pdf": (_X, 3.0),
+    "beta.logpdf": (_X / 3, 2.0, 1.5), "beta.pdf": (_X / 3, 2.0, 1.5),
+    "poisson.logpmf": (np.array([0.0, 1.0, 4.0]), 1.3), "poisson.pmf": (np.array([0.0, 1.0, 4.0]), 1.3),
+    "binom.logpmf": (np.array([0.0, 1.0, 4.0]), 5.0, 0.3), "binom.pmf": (np.array([0.0, 1.0, 4.0]), 5.0, 0.3),
+    "bernoulli.logpmf": (np.array([0.0, 1.0, 1.0]), 0.3), "bernoulli.pmf": (np.array([0.0, 1.0, 1.0]), 0.3),
+    "geom.logpmf": (np.array([1.0, 2.0, 4.0]), 0.3), "geom.pmf": (np.array([1.0, 2.0, 4.0]), 0.3),
+    "nbinom.logpmf": (np.array([0.0, 1.0, 4.0]), 3.0, 0.4), "nbinom.pmf": (np.array([0.0, 1.0, 4.0]), 3.0, 0.4),
+    "multinomial.logpmf": (np.array([1, 0, 2]), 3, np.array([0.2, 0.3, 0.5])),
+    "multinomial.pmf": (np.array([1, 0, 2]), 3, np.array([0.2, 0.3, 0.5])),
+    "truncnorm.logpdf": (_X - 1, -0.5, 2.0), "truncnorm.pdf": (_X - 1, -0.5, 2.0),
+    "truncnorm.logcdf": (_X - 1, -0.5, 2.0), "truncnorm.cdf": (_X - 1, -0.5, 2.0),
+}  # fmt: skip
 
 
-@pytest.mark.parametrize("ours, theirs, name", list(_shadowed()))
-def test_every_shadowed_name_keeps_jax_values(ours, theirs, name):
-    mine, jaxs = getattr(ours, name), getattr(theirs, name)
-    if inspect.ismodule(jaxs):
-        return
-    args = SAMPLES.get(name, (_X - 1,))
+@pytest.mark.parametrize("mine, jaxs, name", FUNCTIONS, ids=[name for _, _, name in FUNCTIONS])
+def test_every_shadowed_name_keeps_jax_values(mine, jaxs, name):
+    parts = name.split(".")  # SAMPLES by "distribution.function", else by the function's name
+    args = SAMPLES.get(".".join(parts[-2:]), SAMPLES.get(parts[-1], (_X - 1,)))
     for got, expected in ((mine(*args), jaxs(*args)), (jax.jit(mine)(*args), jax.jit(jaxs)(*args))):
         np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
 
@@ -116,15 +134,28 @@ THROUGH_THE_NAMESPACE = [
     (rnn.squareplus, (np.float32(1e20),), (1.0,)),
     (rsp.xlogy, (0.0, 0.0), (-np.inf, 0.0)),
     (rsp.xlog1py, (0.0, -1.0), (-np.inf, 0.0)),
+    (lambda x: rsp.betainc(1.0, 2.0, x), (0.0,), (2.0,)),  # x^(a-1) (1-x)^(b-1) / B(a, b) = b at x = 0
+    (lambda x: rsp.gammainc(1.0, x), (0.0,), (1.0,)),  # x^(a-1) e^-x / Gamma(a) = 1
+    (rsp.i0, (1e-300,), (5e-301,)),  # i1(x) ~ x / 2
+    (lambda b: rsp.logsumexp(np.zeros(3), b=b), (np.array([1.0, 1.0, 0.0]),), (0.5, 0.5, 0.5)),  # exp(a_i - y)
+    (lambda b: rnn.logsumexp(np.zeros(3), b=b), (np.array([1.0, 1.0, 0.0]),), (0.5, 0.5, 0.5)),
+    (lambda x: rst.gamma.logpdf(x, 1.0, 0.0, 2.0), (0.0,), (-0.5,)),  # -1/scale at x = 0 for a = 1
+    (lambda mu: rst.poisson.logpmf(0.0, mu), (0.0,), (-1.0,)),  # log P(0) = -mu
+    (lambda p: rst.binom.logpmf(0.0, 3.0, p), (0.0,), (-3.0,)),  # n log(1 - p)
+    (lambda p: rst.bernoulli.logpmf(1.0, p), (1.0,), (1.0,)),  # log p
+    (lambda p: rst.geom.logpmf(1.0, p), (1.0,), (1.0,)),  # log p
+    (lambda x: rst.beta.logpdf(x, 1.0, 2.0), (0.0,), (-1.0,)),  # log 2 + log(1 - x)
+    (lambda x: rst.chi2.logpdf(x, 2.0), (0.0,), (-0.5,)),  # -x / 2 - log 2
 ]
 
 
-@pytest.mark.parametrize("f, args, true", THROUGH_THE_NAMESPACE, ids=[f"{f.__name__}{a}" for f, a, _ in THROUGH_THE_NAMESPACE])
+@pytest.mark.parametrize("f, args, true", THROUGH_THE_NAMESPACE, ids=[f"{k}-{getattr(f, '__name__', 'f')}" for k, (f, _, _) in enumerate(THROUGH_THE_NAMESPACE)])
 def test_jax_grad_through_the_namespace_gives_the_library_value(f, args, true):
     argnums = tuple(range(len(args)))
     rtol = 1e-5 if np.result_type(*args) == np.float32 else 1e-12
     for grads in (jax.grad(f, argnums=argnums)(*args), jax.jit(jax.grad(f, argnums=argnums))(*args)):
-        np.testing.assert_allclose(np.array(grads, np.float64), np.array(true, np.float64), rtol=rtol, atol=0)
+        got = np.concatenate([np.ravel(g) for g in grads]).astype(np.float64)
+        np.testing.assert_allclose(got, np.array(true, np.float64), rtol=rtol, atol=0)
 
 
 def test_zygote_gradient_through_the_namespace_uses_the_rules():

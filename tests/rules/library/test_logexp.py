@@ -166,4 +166,40 @@ def test_exprel_passes_the_testers_and_refuses_complex():
 
 
 def test_module_all_is_what_it_defines():
-    assert set(logexp.__all__) == {"xlogy", "xlog1py", "xlogx", "xexpy", "exprel"}
+    assert set(logexp.__all__) == {"xlogy", "xlog1py", "xlogx", "xexpy", "exprel", "weighted_logsumexp", "logsumexp"}
+
+
+# ----- logsumexp with weights -----------------------------------------------------------------
+def test_logsumexp_derivative_in_a_zero_weight_is_the_growth_of_the_sum():
+    # y = log(sum(b exp(a))): dy/db_i = exp(a_i - y); a = log([1, 2, 4]), b = [1, 1, 0]: y = log 3
+    a, b = jnp.log(jnp.array([1.0, 2.0, 4.0])), jnp.array([1.0, 1.0, 0.0])
+    plain = jax.grad(lambda b: jsp.logsumexp(a, b=b))(b)
+    ours = jax.grad(lambda b: logexp.logsumexp(a, b=b))(b)
+    true = np.array([1.0, 2.0, 4.0]) / 3
+    assert float(plain[2]) == 0.0  # JAX drops the zero weight's term
+    np.testing.assert_allclose(ours, true, rtol=1e-14)
+    np.testing.assert_allclose(jax.jit(jax.grad(lambda a: logexp.logsumexp(a, b=b)))(a), [1 / 3, 2 / 3, 0.0], rtol=1e-14)
+
+
+def test_logsumexp_keeps_jax_values_and_conventions():
+    a = jnp.array([[0.5, -1.0, 2.0], [1.0, 0.2, -0.3]])
+    b = jnp.array([[1.0, 0.0, 2.0], [0.5, 1.0, 0.3]])
+    for options in ({}, {"axis": 1}, {"axis": 0, "keepdims": True}, {"axis": (0, 1)}):
+        np.testing.assert_allclose(logexp.logsumexp(a, b=b, **options), jsp.logsumexp(a, b=b, **options), rtol=1e-14)
+        np.testing.assert_allclose(logexp.logsumexp(a, **options), jsp.logsumexp(a, **options), rtol=1e-14)
+    value, sign = logexp.logsumexp(a, b=-b, return_sign=True)  # JAX's own function there
+    assert float(sign) == -1.0 and float(value) == pytest.approx(float(jsp.logsumexp(a, b=b)))
+    # an empty row (every a = -inf): value -inf, derivative 0 (the library's nn.logsumexp's);
+    # all weights 0 with finite a: value -inf, derivative in b inf (the sum grows from 0)
+    grads = jax.grad(lambda a, b: logexp.logsumexp(a, b=b), argnums=(0, 1))
+    a_bar, b_bar = grads(jnp.full(2, -jnp.inf), jnp.ones(2))
+    assert a_bar.tolist() == [0.0, 0.0] and b_bar.tolist() == [0.0, 0.0]
+    assert np.isposinf(grads(jnp.zeros(2), jnp.zeros(2))[1]).all()
+
+
+def test_weighted_logsumexp_passes_the_testers():
+    a = np.array([[0.5, -1.0, 2.0], [1.0, 0.2, -0.3]])
+    test_rrule(logexp.weighted_logsumexp, a, np.array([[1.0, 0.0, 2.0], [0.5, 1.0, 0.3]]), 1)
+    test_rrule(logexp.weighted_logsumexp, a, np.array([[0.0, 1.0, 2.0]]), None, True)  # b broadcasts
+    _, back = rules.rrule(logexp.weighted_logsumexp, a, np.ones(3))
+    assert back(rules.ZeroTangent())[1:3] == (rules.ZeroTangent(), rules.ZeroTangent())
