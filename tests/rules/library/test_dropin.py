@@ -79,6 +79,7 @@ SAMPLES = {
     "gammainc": (_X + 0.5, _X),
     "gammaincc": (_X + 0.5, _X),
     "logsumexp": (np.array([[0.5, -1.0, 2.0], [1.0, 0.2, -0.3]]),),
+    "polar": (_M,),
     # jax.scipy.stats, as "distribution.function"
     "gamma.logpdf": (_X, 1.5), "gamma.pdf": (_X, 1.5),
     "chi2.logpdf": (_X, 3.0), "chi2.pdf": (_X, 3.0),
@@ -146,6 +147,8 @@ THROUGH_THE_NAMESPACE = [
     (lambda p: rst.geom.logpmf(1.0, p), (1.0,), (1.0,)),  # log p
     (lambda x: rst.beta.logpdf(x, 1.0, 2.0), (0.0,), (-1.0,)),  # log 2 + log(1 - x)
     (lambda x: rst.chi2.logpdf(x, 2.0), (0.0,), (-0.5,)),  # -x / 2 - log 2
+    # polar(I + t E) = (expm of the skew part of t E) (I + sym part): d u[0, 1] / d a = (E01 - E10) / 2
+    (lambda a: rsl.polar(a)[0][0, 1], (np.eye(2),), (0.0, 0.5, -0.5, 0.0)),
 ]
 
 
