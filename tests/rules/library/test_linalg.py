@@ -299,3 +299,15 @@ def test_logdet_and_inv_agree_with_jax_where_jax_is_right():
     G = jnp.arange(9.0).reshape(3, 3)
     np.testing.assert_allclose(jax.grad(lambda A: jnp.sum(G * la.inv(A)))(A),
                                jax.grad(lambda A: jnp.sum(G * jnp.linalg.inv(A)))(A), rtol=1e-12)
+
+
+def test_matrix_norm_gradients_agree_with_jax_for_every_static_ord():
+    # ord=-2 (the smallest singular value) had the gradient 0: its singular vectors were
+    # sliced as [-1:0], an empty slice; away from ties and zeros every ord is smooth
+    M = np.array([[2.0, 0.5, -0.3], [0.1, 1.5, 0.4], [-0.2, 0.3, 1.0]])
+    for ord in (None, "fro", "nuc", 1, -1, 2, -2, "inf", "-inf"):
+        jax_ord = {"inf": np.inf, "-inf": -np.inf}.get(ord, ord) if isinstance(ord, str) else ord
+        ours = jax.grad(la.norm)(M, ord)
+        theirs = jax.grad(lambda m: jnp.linalg.norm(m, jax_ord))(M)
+        np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12, err_msg=f"ord={ord!r}")
+        assert np.abs(ours).max() > 0

@@ -1,0 +1,192 @@
+"""The numerics of `rules.library.linalg`'s norm and normalize: scaled p-norms (no overflow,
+no underflow), their (sub)gradients and d/dp, and the zero-safe quotients they share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def _safe_div(a: jax.Array, b: jax.Array) -> jax.Array:
+    """a / b, and 0 where b == 0 (the zero subgradient at a kink)."""
+    zero = b == 0
+    return jnp.where(zero, 0, a / jnp.where(zero, 1, b))
+
+
+def _unit(x: jax.Array) -> jax.Array:
+    """x / |x| elementwise (sign for reals), 0 at 0."""
+    return _safe_div(x, jnp.abs(x)).astype(jnp.result_type(x))
+
+
+
+_STATIC_ORDS = "None, 'fro', 'nuc', 1, -1, 2, -2, 'inf', '-inf'"
+
+
+def _dynamic_p(ord: Any) -> bool:
+    """Whether ord is a real p that may be differentiated: a float (a traced one included)."""
+    if isinstance(ord, (bool, int, str)) or ord is None:
+        return False
+    return isinstance(ord, (float, np.floating)) or jnp.issubdtype(jnp.result_type(ord), jnp.floating)
+
+
+def _static_ord(ord: Any) -> Any:
+    """A matrix norm's ord as `jnp.linalg.norm` reads it ('inf' -> inf; a concrete float kept)."""
+    if isinstance(ord, jax.core.Tracer):
+        raise TypeError(
+            f"`norm`: a matrix norm needs a static ord ({_STATIC_ORDS}), but got a traced float "
+            "(under a JAX transformation a Python float argument is traced, as every differentiable "
+            "one is); write an int or a string, e.g. ord=2 or ord='inf'."
+        )
+    if isinstance(ord, str):
+        return {"inf": np.inf, "-inf": -np.inf}.get(ord, ord)
+    return float(ord) if _dynamic_p(ord) else ord
+
+
+def _norm_kind(ndim: int, ord: Any, axis: Any) -> tuple[str, tuple[int, ...], Any]:
+    """(kind, reduced axes, ord) as `jnp.linalg.norm` reads ord and axis: kind "fro" (the
+    2-norm of the entries), "vector" (static p), "p" (float p, possibly traced) or "matrix"."""
+    if axis is None:
+        if ord is None:
+            return "fro", tuple(range(ndim)), None
+        if ndim not in (1, 2):
+            raise ValueError(f"`norm`: ord={ord!r} without axis needs a vector or a matrix; got {ndim} dimensions.")
+        axes = tuple(range(ndim))
+    else:
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = tuple(a % ndim for a in axes)
+    if len(axes) == 1:
+        if _dynamic_p(ord):
+            return "p", axes, ord
+        ord = _static_ord(ord)
+        return ("fro" if ord in (None, 2) else "vector"), axes, ord
+    if len(axes) == 2:
+        ord = _static_ord(ord)
+        return ("fro" if ord in (None, "fro") else "matrix"), axes, ord
+    raise ValueError(f"`norm`: axis must name 1 or 2 axes; got {axis!r}.")
+
+
+def _scaled(a: jax.Array, scale: jax.Array) -> jax.Array:
+    """a / scale, with scale 0 read as 1 (then a is 0, or the norm is 0 anyway)."""
+    return a / jnp.where(scale == 0, 1, scale)
+
+
+def _two_norm(a: jax.Array, axes: tuple) -> jax.Array:
+    """sqrt(sum a^2) over axes (keepdims), scaled by max a as hypot is: no overflow or underflow."""
+    top = jnp.max(a, axis=axes, keepdims=True)
+    y = top * jnp.sqrt(jnp.sum(_scaled(a, top) ** 2, axis=axes, keepdims=True))
+    return jnp.where(jnp.isinf(top), top, y)
+
+
+def _p_norm(a: jax.Array, p: Any, axes: tuple) -> jax.Array:
+    """(sum a^p)^(1/p) over axes (keepdims) for real p, finite or not, a possibly traced.
+
+    Scaled by max a for p > 0 and by min a for p < 0, so every term (a / scale)^p is at most 1:
+    no overflow or underflow. p = +-inf: max / min; p = 0: the count of nonzero entries.
+    """
+    top, bottom = jnp.max(a, axis=axes, keepdims=True), jnp.min(a, axis=axes, keepdims=True)
+    scale = jnp.where(p > 0, top, bottom)
+    finite = jnp.isfinite(p) & (p != 0)
+    q = jnp.where(finite, p, 1).astype(a.dtype)
+    y = scale * jnp.sum(_scaled(a, scale) ** q, axis=axes, keepdims=True) ** (1 / q)
+    y = jnp.where((scale == 0) | jnp.isinf(scale), scale, y)
+    count = jnp.sum(a != 0, axis=axes, keepdims=True).astype(a.dtype)
+    return jnp.where(p == 0, count, jnp.where(finite, y, scale))
+
+
+def _norm_value(x: jax.Array, kind: str, axes: tuple, ord: Any) -> jax.Array:
+    """The norm over axes, keepdims: scaled where `jnp.linalg.norm` squares (2-norms, p-norms)."""
+    a = jnp.abs(x)
+    if kind == "fro":
+        return _two_norm(a, axes)
+    if kind == "p" or (kind == "vector" and ord not in (0, 1)):
+        return _p_norm(a, ord, axes)
+    if kind == "vector":
+        return jnp.sum(a != 0, axis=axes, keepdims=True).astype(a.dtype) if ord == 0 else jnp.sum(a, axes, keepdims=True)
+    return jnp.linalg.norm(x, ord=ord, axis=axes, keepdims=True)
+
+
+def _shared_max(x: jax.Array, a: jax.Array, y: jax.Array, axes: tuple) -> jax.Array:
+    """The least-norm subgradient of max (min) a over axes at y: the ties share it equally."""
+    hit = a == y
+    return _safe_div(_unit(x) * hit, jnp.sum(hit, axis=axes, keepdims=True).astype(a.dtype))
+
+
+def _p_gradient(x: jax.Array, a: jax.Array, p: Any, y: jax.Array, axes: tuple) -> jax.Array:
+    """d y / d x for y = ||x||_p, p real (traced or not): unit(x) (a / y)^(p - 1); 0 at a = 0
+    and wherever y = 0 (the zero subgradient); ties share max / min for p = +-inf; 0 for p = 0."""
+    r = _safe_div(a, y)
+    finite = jnp.isfinite(p) & (p != 0)
+    q = jnp.where(finite, p, 2).astype(a.dtype)
+    g = _unit(x) * jnp.where((a == 0) | (y == 0), 0, r ** (q - 1)).astype(a.dtype)
+    return jnp.where(finite, g, jnp.where(p == 0, 0, _shared_max(x, a, y, axes)))
+
+
+def _p_partial(a: jax.Array, p: Any, y: jax.Array, axes: tuple) -> jax.Array:
+    """d y / d p for y = (sum a^p)^(1/p): (y / p) sum (a / y)^p log(a / y) (keepdims).
+
+    From log y = log(sum a^p) / p: d log y / dp = (sum a^p log a / sum a^p - log y) / p, and
+    a^p / sum a^p = (a / y)^p. Each term has a / y <= 1 for p > 0 (>= 1 for p < 0), so (a / y)^p
+    <= 1: stable. Terms with a = 0 are 0 (their limit); y = 0 (x = 0, or p < 0 with a zero entry:
+    y is 0 for every such p) gives 0; p = +-inf gives 0 (the limit). At p = 0 the norm jumps
+    (the count of nonzero entries there, infinite as p -> 0+ for two or more): NaN, unless x = 0.
+    """
+    r = _safe_div(a, y)
+    finite = jnp.isfinite(p) & (p != 0)
+    q = jnp.where(finite, p, 1).astype(a.dtype)
+    vanish = (r == 0) | jnp.isinf(r)  # a = 0 (p > 0), or a / y beyond the range (p < 0): 0
+    terms = jnp.where(vanish, 0, r**q * jnp.log(jnp.where(vanish, 1, r)))
+    dp = jnp.where(finite & (y != 0), y / q * jnp.sum(terms, axis=axes, keepdims=True), 0)
+    return jnp.where((p == 0) & (y != 0), np.nan, dp).astype(a.dtype)
+
+
+def _norm_gradient(x: jax.Array, ord: Any, kind: str, axes: tuple, y: jax.Array) -> jax.Array:
+    """A (sub)gradient of the norm w.r.t. x, y (keepdims) the norm; 0 where y == 0."""
+    ax = jnp.abs(x)
+    if kind == "fro":
+        return _safe_div(x, y)
+    if kind == "p":
+        return _p_gradient(x, ax, ord, y, axes)
+    if kind == "vector":
+        if ord == 0:
+            return jnp.zeros_like(x)
+        if ord == 1:
+            return _unit(x)
+        if ord in (np.inf, -np.inf):
+            return _shared_max(x, ax, y, axes)
+        return _p_gradient(x, ax, ord, y, axes)
+    row, col = axes
+    if ord in (1, -1, np.inf, -np.inf):
+        # max/min over one axis of the absolute sums over the other
+        summed, kept = (row, col) if ord in (1, -1) else (col, row)
+        sums = jnp.sum(ax, axis=summed, keepdims=True)
+        hit = sums == y
+        return _safe_div(_unit(x) * hit, jnp.sum(hit, axis=kept, keepdims=True).astype(ax.dtype))
+    xm = jnp.moveaxis(x, (row, col), (-2, -1))
+    u, s, vt = jnp.linalg.svd(xm, full_matrices=False)
+    if ord == "nuc":  # U_r V_r^H over the nonzero singular values: the least-norm subgradient
+        keep = (s > jnp.finfo(s.dtype).eps * s.shape[-1] * s[..., :1]).astype(u.dtype)
+        g = (u * keep[..., None, :]) @ vt
+    elif ord in (2, -2):  # the singular vectors of the largest / smallest singular value
+        k = 0 if ord == 2 else s.shape[-1] - 1  # not -1: the slice -1:0 is empty (the gradient was 0)
+        g = u[..., :, k : k + 1] @ vt[..., k : k + 1, :]
+    else:
+        raise ValueError(f"`norm`: unsupported matrix norm ord={ord!r}; expected one of {_STATIC_ORDS}.")
+    return jnp.where(y == 0, 0, jnp.moveaxis(g, (-2, -1), (row, col)))
+
+
+# ----- normalize ----------------------------------------------------------------------------
+def _normalized(x: jax.Array, axis: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(y, top, s): y = x / ||x|| (0 where ||x|| = 0), ||x|| = top * s with top = max|x| and s in
+    [1, sqrt(n)] (keepdims): scaled, so that neither |x|^2 nor ||x|| need be representable."""
+    top = jnp.max(jnp.abs(x), axis=axis, keepdims=True)
+    xs = _scaled(x, top)
+    s = jnp.sqrt(jnp.sum(jnp.abs(xs) ** 2, axis=axis, keepdims=True))
+    return _safe_div(xs, s).astype(jnp.result_type(x)), top, s
+
+
+def _divide_by_norm(v: jax.Array, top: jax.Array, s: jax.Array) -> jax.Array:
+    """v / ||x|| with ||x|| = top * s, in two steps (||x|| itself may overflow); 0 where it is 0."""
+    return _safe_div(_safe_div(v, top), s).astype(jnp.result_type(v))
