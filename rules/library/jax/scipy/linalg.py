@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import jax.scipy.linalg as _jsl
 
-from ... import linalg_spectral as _linalg_spectral
+from ... import linalg_polar as _linalg_polar
 from .._shadow import fallback as _fallback
 
-polar = _linalg_spectral.polar  # smooth wherever a has full rank
+polar = _linalg_polar.polar  # smooth wherever a has full rank
 
 SHADOWED = ("polar",)
 
