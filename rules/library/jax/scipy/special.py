@@ -18,6 +18,7 @@ import jax.scipy.special as _jsp
 from ... import elementwise as _elementwise  # noqa: F401  (registers the rules used below)
 from ... import logexp as _logexp
 from ... import special as _special
+from ... import special_jax as _special_jax  # noqa: F401  (registers the rules used below)
 from ...._primitive import primitive as _primitive
 from .._shadow import fallback as _fallback
 

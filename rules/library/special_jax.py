@@ -1,0 +1,89 @@
+"""Rules for `jax.scipy.special`'s own functions at their edges: betainc, gammainc, i0, ...
+
+The functions: betainc, gammainc, gammaincc, i0, i1, i0e, i1e.
+
+Keyed on JAX's functions themselves (as `rules.library.elementwise`'s), so that
+`rules.rrule(jsp.betainc, ...)` answers and `rules.primitive(jsp.betainc)` (the drop-in
+`rules.library.jax.scipy.special.betainc`) uses them; the values are JAX's, computed in JAX
+(no host call, unlike `rules.library.special`'s SciPy functions). Each is one `scalar_rule`:
+its frule is the lowering, which JAX transposes for reverse mode.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.special as jsp
+import numpy as np
+
+from .._helpers import scalar_rule
+from .._notimplemented import not_implemented
+from .._registry import register_examples
+from .logexp import xlog1py, xlogy
+
+__all__: list[str] = []  # rules only, on jax.scipy.special's functions
+
+_X = np.array([0.7, 1.9, 3.1])
+
+
+def _like(y: Any, *args: Any) -> list:
+    """The arguments in the output's dtype, broadcast to its shape."""
+    return [jnp.broadcast_to(jnp.asarray(a, y.dtype), y.shape) for a in args]
+
+
+# ----- betainc: d/dx = x^(a-1) (1-x)^(b-1) / B(a, b) ----------------------------------------------
+def _betainc_partials(a, b, x, y):
+    a, b, x = _like(y, a, b, x)
+    slope = jnp.exp(xlogy(a - 1, x) + xlog1py(b - 1, -x) - jsp.betaln(a, b))
+    missing = "`jax.scipy.special.betainc`: the derivatives with respect to a and b are not implemented (JAX has none)"
+    return not_implemented(missing), not_implemented(missing), slope
+
+
+scalar_rule(jsp.betainc, _betainc_partials, plain=True)
+register_examples(jsp.betainc, [(np.array([1, 2, 3]), np.array([1, 1, 4]), np.array([0.2, 0.5, 0.7])),
+                                 (np.array([2, 1]), np.array([3, 2]), np.array([0.4, 0.6], np.float32))])
+
+
+# ----- gammainc, gammaincc: d/dx = +-x^(a-1) e^(-x) / Gamma(a) ------------------------------------
+def _gammainc_partials(sign: float, f: Callable) -> Callable:
+    def partials(a, x, y):
+        a, x = _like(y, a, x)
+        slope = sign * jnp.exp(xlogy(a - 1, x) - x - jsp.gammaln(a))
+        by_a = jax.jvp(lambda a: f(a, x), (a,), (jnp.ones_like(a),))[1]  # JAX's own d/da
+        return by_a, slope
+
+    return partials
+
+
+scalar_rule(jsp.gammainc, _gammainc_partials(1.0, jsp.gammainc), plain=True)
+scalar_rule(jsp.gammaincc, _gammainc_partials(-1.0, jsp.gammaincc), plain=True)
+for _f in (jsp.gammainc, jsp.gammaincc):
+    register_examples(_f, [(np.array([1.0, 2.5, 4.0]), _X), (np.array([1.5, 3.0]), np.array([0.5, 2.0], np.float32))])
+
+
+# ----- i0, i1, i0e, i1e -----------------------------------------------------------------------------
+_I1_SERIES_BELOW = 1e-4  # 1/2 + 3x^2/16 leaves out 5x^4/384: below 3e-18 relative there
+
+
+def _i1_slope_scaled(x):
+    """e^(-|x|) I_1'(x) = i0e(x) - i1e(x) / x: 1/2 at 0, and e^(-|x|) (1/2 + 3x^2/16) for
+    |x| < 1e-4, where the quotient would round to a neighbour of 1/2."""
+    x = jnp.asarray(x)
+    near = jnp.abs(x) < _I1_SERIES_BELOW
+    safe = jnp.where(near, jnp.ones_like(x), x)
+    xs = jnp.where(near, x, jnp.zeros_like(x))
+    series = jnp.exp(-jnp.abs(xs)) * (0.5 + 3 * xs * xs / 16)
+    return jnp.where(near, series, jsp.i0e(safe) - jsp.i1e(safe) / safe)
+
+
+scalar_rule(jsp.i0, lambda x, y: jsp.i1(jnp.asarray(x, y.dtype)), plain=True)
+# I_1' = I_0 - I_1 / x = e^|x| (i0e(x) - i1e(x) / x): the difference of the scaled functions is
+# finite where I_0 and I_1 overflow (JAX: inf - inf = NaN), and 1/2 at 0
+scalar_rule(jsp.i1, lambda x, y: jnp.exp(jnp.abs(x)) * _i1_slope_scaled(jnp.asarray(x, y.dtype)), plain=True)
+# i0e' = i1e - sign(x) i0e (at 0 the zero subgradient, as `abs`'s); i1e' = e^-|x| I_1' - sign(x) i1e
+scalar_rule(jsp.i0e, lambda x, y: jsp.i1e(x) - jnp.sign(x) * y, plain=True)
+scalar_rule(jsp.i1e, lambda x, y: _i1_slope_scaled(jnp.asarray(x, y.dtype)) - jnp.sign(x) * y, plain=True)
+for _f in (jsp.i0, jsp.i1, jsp.i0e, jsp.i1e):
+    register_examples(_f, [(np.array([-2.0, 1e-3, 0.7, 30.0]),), (np.array([-1.5, 0.4, 8.0], np.float32),)])
