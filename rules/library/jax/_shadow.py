@@ -55,7 +55,6 @@ def overlay(name: str, jax_module: types.ModuleType, ours: dict[str, Any]) -> ty
     """A module named `name`: JAX's `jax_module` with the functions in `ours` replacing its own
     (`stats.gamma`: our `logpdf` and `pdf`, JAX's `cdf`, `sf`, ...); `SHADOWED` names them."""
     module = types.ModuleType(name, f"`{jax_module.__name__}`, with the library's {', '.join(sorted(ours))}.")
-    module.__dict__.update(ours)
-    module.SHADOWED = tuple(ours)  # type: ignore[attr-defined]
-    module.__getattr__, module.__dir__ = fallback(name, jax_module, ours)  # type: ignore[attr-defined]
+    getattr_, dir_ = fallback(name, jax_module, ours)
+    module.__dict__.update(ours, SHADOWED=tuple(ours), __getattr__=getattr_, __dir__=dir_)
     return module

@@ -166,3 +166,17 @@ def test_zygote_gradient_through_the_namespace_uses_the_rules():
     assert zygote_jax.gradient(jax.numpy.hypot, 3.0, 4.0)[0] == pytest.approx(0.6)
     (g,) = zygote_jax.gradient(lambda x: rnp.vander(x).sum(), np.array([0.0, 2.0]))
     np.testing.assert_allclose(g, [1.0, 1.0])  # x**0 contributes 0 at x = 0 (JAX: NaN)
+
+
+def test_linalg_norm_reads_a_float_ord_of_a_matrix_norm_statically_as_jax_does():
+    # np.inf is a Python float: the library's norm traces floats as a differentiable p, which
+    # only vector norms have; the drop-in reads a matrix norm's float ord as JAX does
+    m, v = _M, _X
+    for ord in (np.inf, -np.inf, 1.0, 2.0, -2.0):
+        np.testing.assert_allclose(jax.jit(lambda m: rlinalg.norm(m, ord))(m), jax.numpy.linalg.norm(m, ord), rtol=1e-12)
+        np.testing.assert_allclose(jax.grad(lambda m: rlinalg.norm(m, ord))(m),
+                                   jax.grad(lambda m: jax.numpy.linalg.norm(m, ord))(m), rtol=1e-9, atol=1e-12)
+    for ord in (np.inf, 3.0, 0.5):  # vector norms: the same values and gradients
+        np.testing.assert_allclose(jax.jit(lambda v: rlinalg.norm(v, ord))(v), jax.numpy.linalg.norm(v, ord), rtol=1e-12)
+        np.testing.assert_allclose(jax.grad(lambda v: rlinalg.norm(v, ord))(v),
+                                   jax.grad(lambda v: jax.numpy.linalg.norm(v, ord))(v), rtol=1e-12)
