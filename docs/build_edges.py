@@ -30,6 +30,7 @@ import numpy as np  # noqa: E402
 
 import rules.library.jax.numpy as rnp  # noqa: E402
 from rules.library.jax import nn as rnn  # noqa: E402
+from rules.library.jax.scipy import linalg as rsl  # noqa: E402
 from rules.library.jax.scipy import special as rsp  # noqa: E402
 from rules.library.jax.scipy import stats as rst  # noqa: E402
 
@@ -45,6 +46,7 @@ class Edge(NamedTuple):
     argnum: int  # the argument differentiated
     true: float
     note: str
+    entry: int = 0  # which entry of the gradient (of an array argument) the row shows
 
 
 def _f32(x: float) -> Any:
@@ -55,6 +57,9 @@ EDGES = [
     Edge("jnp.hypot(0., 0.)", jax.numpy.hypot, rnp.hypot, (0.0, 0.0), 0, 0.0, "zero subgradient"),
     Edge("jnp.linalg.norm([3e-170, 4e-170]) d/dx0", jax.numpy.linalg.norm, rnp.linalg.norm,
          (np.array([3e-170, 4e-170]),), 0, 0.6, "x / norm(x); the squares underflow"),
+    Edge("jnp.linalg.norm(f32 [3e20, 4e20]) d/dx0", jax.numpy.linalg.norm, rnp.linalg.norm,
+         (np.array([3e20, 4e20], np.float32),), 0, 0.6, "the squares overflow"),
+    Edge("jnp.abs(0.)", jax.numpy.abs, rnp.abs, (0.0,), 0, 0.0, "ChainRules' zero subgradient, sign(0)"),
     Edge("jnp.power(0., 0.)", jax.numpy.power, rnp.power, (0.0, 0.0), 0, 0.0, "ChainRules: 0 p x^(p-1) at p = 0"),
     Edge("jnp.vander([0., 2.]).sum() d/dx0", lambda x: jax.numpy.vander(x).sum(), lambda x: rnp.vander(x).sum(),
          (np.array([0.0, 2.0]),), 0, 1.0, "d/dx0 of x0 + 1 + x1 + 1 (through x**0)"),
@@ -76,23 +81,42 @@ EDGES = [
     Edge("special.xlogy(0., 0.) d/dy", jax.scipy.special.xlogy, rsp.xlogy, (0.0, 0.0), 1, 0.0, "xlogy(0, y) = 0 for all y"),
     Edge("special.xlog1py(0., -1.) d/dy", jax.scipy.special.xlog1py, rsp.xlog1py, (0.0, -1.0), 1, 0.0,
          "xlog1py(0, y) = 0 for all y"),
+    Edge("special.betainc(1., 2., 0.) d/dx", jax.scipy.special.betainc, rsp.betainc, (1.0, 2.0, 0.0), 2, 2.0,
+         "x^(a-1) (1-x)^(b-1) / B(a, b)"),
+    Edge("special.gammainc(1., 0.) d/dx", jax.scipy.special.gammainc, rsp.gammainc, (1.0, 0.0), 1, 1.0,
+         "x^(a-1) e^-x / Gamma(a)"),
+    Edge("special.i1(800.)", jax.scipy.special.i1, rsp.i1, (800.0,), 0, math.inf, "I0 - I1 / x, overflows to inf"),
+    Edge("special.logsumexp(0, b=[0, 1, 1]) d/db0", lambda b: jax.scipy.special.logsumexp(np.zeros(3), b=b),
+         lambda b: rsp.logsumexp(np.zeros(3), b=b), (np.array([0.0, 1.0, 1.0]),), 0, 0.5, "exp(a_0 - y)"),
+    Edge("stats.gamma.logpdf(0., 1.) d/dx", jax.scipy.stats.gamma.logpdf, rst.gamma.logpdf, (0.0, 1.0), 0, -1.0,
+         "the exponential density's -1/scale"),
+    Edge("stats.beta.logpdf(0., 1., 2.) d/dx", jax.scipy.stats.beta.logpdf, rst.beta.logpdf, (0.0, 1.0, 2.0), 0, -1.0,
+         "log 2 + log(1 - x)"),
+    Edge("stats.poisson.logpmf(0, 0.) d/dmu", jax.scipy.stats.poisson.logpmf, rst.poisson.logpmf, (0.0, 0.0), 1,
+         -1.0, "log P(0) = -mu"),
+    Edge("stats.binom.logpmf(0, 3, 0.) d/dp", jax.scipy.stats.binom.logpmf, rst.binom.logpmf, (0.0, 3.0, 0.0), 2,
+         -3.0, "n log(1 - p)"),
+    Edge("stats.truncnorm.logpdf(10.5, 10, 11) d/da", jax.scipy.stats.truncnorm.logpdf, rst.truncnorm.logpdf,
+         (10.5, 10.0, 11.0), 1, 10.098346447, "phi(a) / (Phi(b) - Phi(a))"),
+    Edge("linalg.polar(I)[0][0, 1] d/da01", lambda a: jax.scipy.linalg.polar(a, method="svd")[0][0, 1],
+         lambda a: rsl.polar(a)[0][0, 1], (np.eye(2),), 0, 0.5, "skew part of da: (da01 - da10) / 2", 1),
 ]  # fmt: skip
 
 
-def _gradient(f: Callable, args: tuple, argnum: int) -> float:
-    """The gradient's first entry (the argument may be an array)."""
-    return float(np.ravel(jax.grad(f, argnums=argnum)(*args))[0])
+def _gradient(f: Callable, args: tuple, argnum: int, entry: int) -> float:
+    """One entry of the gradient (the argument may be an array)."""
+    return float(np.ravel(jax.grad(f, argnums=argnum)(*args))[entry])
 
 
 def _right(got: float, true: float) -> bool:
-    if math.isnan(true):
-        return math.isnan(got)
+    if math.isnan(true) or math.isinf(true):
+        return math.isnan(got) if math.isnan(true) else got == true
     return math.isclose(got, true, rel_tol=1e-5, abs_tol=0.0) if true != 0 else got == 0
 
 
 def rows() -> list[tuple[Edge, float, float]]:
     """(edge, plain JAX's gradient, the library's gradient) for every edge."""
-    return [(e, _gradient(e.plain, e.args, e.argnum), _gradient(e.ours, e.args, e.argnum)) for e in EDGES]
+    return [(e, _gradient(e.plain, e.args, e.argnum, e.entry), _gradient(e.ours, e.args, e.argnum, e.entry)) for e in EDGES]
 
 
 def table() -> str:
