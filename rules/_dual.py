@@ -42,6 +42,7 @@ import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
 from ._errors import ForwardModeError, LoweringContractError, format_message
+from ._jax_compat import VALUE_DEPENDENT
 from ._jax_compat import (
     DUAL,
     ENABLED,
@@ -509,7 +510,11 @@ def call(lowered: Any, dyn: list) -> Any:
     if known is None:
         if len(lowered.hi_out_types) >= _CACHE_SIZE:
             lowered.hi_out_types.clear()
-        closed, shape = jax.make_jaxpr(lowered.primal, return_shape=True)(*dyn)
-        known = lowered.hi_out_types[in_avals] = (tuple(closed.out_avals), jax.tree_util.tree_structure(shape))
+        try:
+            closed, shape = jax.make_jaxpr(lowered.primal, return_shape=True)(*dyn)
+            known = lowered.hi_out_types[in_avals] = (tuple(closed.out_avals), jax.tree_util.tree_structure(shape))
+        except VALUE_DEPENDENT as error:  # eager, and the type may depend on the values: not kept
+            leaves, tree = jax.tree_util.tree_flatten(lowered.evaluated(dyn, error))
+            known = (tuple(jax.typeof(leaf) for leaf in leaves), tree)
     out_avals, out_tree = known
     return jax.tree_util.tree_unflatten(out_tree, _RulesCall(lowered, in_avals, out_avals)(*dyn))

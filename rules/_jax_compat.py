@@ -17,6 +17,11 @@ JAX does, never a comparison of version strings; other modules import it from he
   rrule's forward pass runs on the trace beneath (eagerly in an eager `jax.grad`), as JAX
   runs a `jax.custom_vjp`'s; without it (fallback) it runs through the partial evaluation,
   correct and about 1.5x slower eagerly.
+* `concrete_value`: the concrete value behind a tracer of an eager transformation (a JVP
+  tracer of a concrete primal), so that a primitive's output type can come from evaluating
+  its function where an abstract trace cannot (a function that branches on its argument's
+  value, as plain JAX allows eagerly). `Tracer.to_concrete_value`, private but in every JAX
+  since 0.4.36; without it, None (the abstract trace's error stands).
 * `LoweringContractError`: raised by `check_dual_lowering()` when the lowering's first
   use on this JAX does not give JAX's own answers, naming the JAX version and the way out
   (`ZYGOTE_JAX_LOWERING=custom_vjp`).
@@ -37,6 +42,8 @@ __all__ = [
     "ENABLED",
     "JAX_VERSION",
     "LINEARIZATIONS",
+    "VALUE_DEPENDENT",
+    "concrete_value",
     "fallback_linearize",
     "linearize_contract",
     "outside_partial_eval",
@@ -198,3 +205,21 @@ def pcast_varying(x: Any, axes: tuple) -> Any:
     if hasattr(jax.lax, "pcast"):  # JAX >= 0.8
         return jax.lax.pcast(x, axes, to="varying")
     return jax.lax.pvary(x, axes)  # pragma: no cover - JAX 0.6 - 0.7
+
+
+# ----- the concrete value behind an eager transformation's tracer -------------------------------
+# What an abstract trace of a function that branches on its argument's value raises (public).
+VALUE_DEPENDENT = (
+    jax.errors.ConcretizationTypeError,
+    jax.errors.TracerIntegerConversionError,
+    jax.errors.TracerArrayConversionError,
+)
+
+
+def concrete_value(x: Any) -> Any:
+    """`x` itself if it is not a tracer; the concrete value a tracer stands for (eager `jax.jvp`,
+    `jax.grad` of concrete inputs); None when there is none (under `jit`) or this JAX cannot say."""
+    if not isinstance(x, jax.core.Tracer):
+        return x
+    to_concrete = getattr(x, "to_concrete_value", None)
+    return to_concrete() if to_concrete is not None else None

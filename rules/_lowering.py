@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
+from ._jax_compat import VALUE_DEPENDENT, concrete_value
 from ._errors import (
     ForwardModeError,
     PullbackError,
@@ -357,6 +358,21 @@ def _patterns(n: int) -> list[tuple[int, ...]]:
 
 
 # ----- the lowered function -------------------------------------------------------------------
+def _named(primal: Any, prim: Any) -> Any:
+    """`primal` under the primitive's own name, which JAX prints in jaxprs
+    (`custom_jvp_call[name=cube]`, not the method's name `primal`)."""
+
+    def named(*dyn):
+        return primal(*dyn)
+
+    named.__name__ = named.__qualname__ = getattr(prim, "__name__", None) or "primitive"
+    return named
+
+
+def _shape_dtype(leaf: Any) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(np.shape(leaf), jnp.result_type(leaf))
+
+
 class _Lowered:
     """The custom_vjp/custom_jvp function of one primitive for one argument signature."""
 
@@ -378,10 +394,10 @@ class _Lowered:
         if mode == DUAL:
             fn = None  # called through `_dual.call`
         elif mode == VJP:
-            fn = jax.custom_vjp(self.primal)
+            fn = jax.custom_vjp(_named(self.primal, prim))
             fn.defvjp(self.fwd, self.bwd, symbolic_zeros=True)
         else:
-            fn = jax.custom_jvp(self.primal)
+            fn = jax.custom_jvp(_named(self.primal, prim))
             fn.defjvp(self.jvp if mode == JVP else self.jvp_by_transpose, symbolic_zeros=True)
         self.fn = fn
 
@@ -397,15 +413,31 @@ class _Lowered:
         _check_output_leaves(self.name, y, "its output")
         return y
 
+    def evaluated(self, dyn: list, error: Exception) -> Any:
+        """The function's output on the concrete values behind `dyn`, where an abstract trace
+        raised `error` (a function that branches on its argument's value): eagerly, as plain
+        JAX runs such a function; under `jit`, where there are no values, `error` stands."""
+        values = [concrete_value(v) for v in dyn]
+        if any(v is None for v in values):
+            raise error
+        return self.primal(*values)
+
     def check_rule_primal(self, kind: str, dyn: list, y: Any) -> None:
         """The rule's primal output must have the function's structure, shapes and dtypes.
 
         The function's output type is found by `jax.eval_shape` once per input signature.
         """
-        sig = tuple((v.shape, v.dtype, v.weak_type) if isinstance(v, jax.Array) else (type(v), np.shape(v), getattr(v, "dtype", None)) for v in dyn)
+        sig = tuple(
+            (v.shape, v.dtype, getattr(v, "weak_type", False))  # key arrays have no weak_type
+            if isinstance(v, jax.Array) else (type(v), np.shape(v), getattr(v, "dtype", None))
+            for v in dyn
+        )
         want = self._out_types.get(sig)
         if want is None:
-            want = self._out_types[sig] = jax.eval_shape(self.primal, *dyn)
+            try:
+                want = self._out_types[sig] = jax.eval_shape(self.primal, *dyn)
+            except VALUE_DEPENDENT as error:  # the type may depend on the values: not kept
+                want = jax.tree_util.tree_map(_shape_dtype, self.evaluated(dyn, error))
         if isinstance(y, jax.Array) and isinstance(want, jax.ShapeDtypeStruct):  # the common case, fast
             if y.shape == want.shape and y.dtype == want.dtype:
                 return

@@ -1,0 +1,131 @@
+"""A primitive behaves as the same function written with `jax.custom_vjp` / `jax.custom_jvp`
+would, where JAX defines the behaviour (issue 22): each test computes both and compares."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import rules
+from rules import NoTangent
+from rules._jax_compat import VALUE_DEPENDENT, concrete_value
+
+
+# ----- a function that branches on its argument's value: eager transformations compute it -------
+def _branchy(x):
+    return x * 2 if x > 0 else x * 3
+
+
+def _slope(x):
+    return 2.0 if x > 0 else 3.0
+
+
+def _jax_branchy():
+    f = jax.custom_vjp(_branchy)
+    f.defvjp(lambda x: (_branchy(x), x), lambda x, g: (g * _slope(x),))
+    return f
+
+
+def _jax_branchy_jvp():
+    f = jax.custom_jvp(_branchy)
+    f.defjvp(lambda primals, tangents: (_branchy(primals[0]), tangents[0] * _slope(primals[0])))
+    return f
+
+
+def _rules_branchy(with_frule):
+    f = rules.primitive(_branchy)
+
+    @f.rrule
+    def branchy_rrule(x):
+        return _branchy(x), lambda g: (NoTangent(), g * _slope(x))
+
+    if with_frule:
+
+        @f.frule
+        def branchy_frule(tangents, x):
+            return _branchy(x), tangents[1] * _slope(x)
+
+    return f
+
+
+@pytest.mark.parametrize("with_frule", [False, True], ids=["rrule", "rrule+frule"])
+@pytest.mark.parametrize("x", [1.5, -0.5])
+def test_eager_transformations_of_a_value_branching_function_compute_it_as_custom_vjp_does(with_frule, x):
+    ours, theirs = _rules_branchy(with_frule), _jax_branchy()
+    for transform in (jax.value_and_grad, jax.grad):
+        np.testing.assert_array_equal(np.array(transform(ours)(x)), np.array(transform(theirs)(x)))
+    # forward mode (custom_vjp has none: custom_jvp is JAX's function with one)
+    got, want = jax.jvp(ours, (x,), (1.0,)), jax.jvp(_jax_branchy_jvp(), (x,), (1.0,))
+    assert [float(v) for v in got] == [float(v) for v in want] == [_branchy(x), _slope(x)]
+    # both call it twice, with the values the branch needs (a new value takes the other branch)
+    assert float(jax.grad(ours)(-x)) == float(jax.grad(theirs)(-x)) == _slope(-x)
+
+
+def test_under_jit_a_value_branching_function_fails_as_in_jax():
+    ours, theirs = _rules_branchy(False), _jax_branchy()
+    with pytest.raises(jax.errors.TracerBoolConversionError):
+        jax.jit(jax.grad(theirs))(1.5)
+    with pytest.raises(jax.errors.TracerBoolConversionError):
+        jax.jit(jax.grad(ours))(1.5)
+
+
+def test_concrete_value_probe_sees_through_eager_tracers_only():
+    seen = []
+
+    def f(x):
+        seen.append(concrete_value(x))
+        return x * 2
+
+    jax.jvp(f, (1.5,), (1.0,))
+    jax.grad(f)(2.5)
+    jax.jit(f)(3.5)
+    assert [None if v is None else float(v) for v in seen] == [1.5, 2.5, None]
+    assert concrete_value(4.0) == 4.0
+    assert issubclass(jax.errors.TracerBoolConversionError, VALUE_DEPENDENT)
+
+
+# ----- key arrays: non-differentiable arguments, as in jax.custom_vjp -------------------------
+def _noisy(x, key):
+    return x + jax.random.normal(key, x.shape)
+
+
+@pytest.fixture(scope="module")
+def noisy_pair():
+    ours = rules.primitive(_noisy)
+
+    @ours.rrule
+    def noisy_rrule(x, key):
+        return _noisy(x, key), lambda g: (NoTangent(), g, NoTangent())
+
+    theirs = jax.custom_vjp(_noisy)
+    theirs.defvjp(lambda x, key: (_noisy(x, key), None), lambda _, g: (g, None))
+    return ours, theirs
+
+
+@pytest.mark.parametrize("key_of", [jax.random.key, jax.random.PRNGKey], ids=["typed key", "raw uint32 key"])
+def test_a_key_argument_is_not_differentiated(noisy_pair, key_of):
+    ours, theirs = noisy_pair
+    key, x = key_of(0), jnp.array([0.5, -1.0])
+    for wrap in (lambda f: f, jax.jit):
+        got = wrap(jax.grad(lambda x: jnp.sum(jnp.sin(ours(x, key)))))(x)
+        want = wrap(jax.grad(lambda x: jnp.sum(jnp.sin(theirs(x, key)))))(x)
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    y, y_dot = jax.jvp(lambda x: ours(x, key), (x,), (jnp.ones(2),))
+    np.testing.assert_allclose(y, _noisy(x, key), rtol=1e-12)
+    np.testing.assert_allclose(y_dot, jnp.ones(2))
+    np.testing.assert_allclose(jax.vmap(lambda x: ours(x, key))(jnp.stack([x, x])), jnp.stack([_noisy(x, key)] * 2))
+
+
+# ----- jaxprs name the primitive --------------------------------------------------------------
+def test_an_frule_only_primitive_is_named_in_jaxprs():
+    @rules.primitive
+    def cube(x):
+        return x**3
+
+    @cube.frule
+    def cube_frule(tangents, x):
+        return cube(x), 3 * x**2 * tangents[1]
+
+    text = str(jax.make_jaxpr(cube)(1.0))
+    assert "name=cube" in text and "name=primal" not in text
+    assert float(jax.grad(cube)(2.0)) == 12.0
