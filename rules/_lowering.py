@@ -134,6 +134,8 @@ def _zero_tangent_of(leaf: Any) -> Any:
     """The zero tangent of an output leaf, with its varying mesh axes under `shard_map`."""
     shape, dtype = np.shape(leaf), jnp.result_type(leaf)
     if not jnp.issubdtype(dtype, jnp.inexact):
+        if _varying_axes(leaf):  # float0 carries no varying axes: JAX makes the zero of the type
+            return SymbolicZero(jax.typeof(leaf).to_tangent_aval())
         return np.zeros(shape, jax.dtypes.float0)
     zero = jnp.zeros(shape, dtype)
     axes = _varying_axes(leaf)

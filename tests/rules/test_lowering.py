@@ -822,6 +822,23 @@ def test_rrule_is_used_under_shard_map(check_vma):
     np.testing.assert_allclose(jax.jit(outer)(x), 7 * 3 * x**2)
 
 
+@pytest.mark.parametrize("check_vma", [True, False])
+@pytest.mark.parametrize("name", ["argmax", "isnan", "greater"])
+def test_integer_and_bool_outputs_under_shard_map_keep_their_varying_axes(name, check_vma):
+    # the zero tangent of an int/bool output is float0, which carries no varying axes: with
+    # check_vma=True JAX rejected "float0[3]" for "float0[3]{V:x}"; JAX makes the zero itself now
+    f = rules.primitive(getattr(jnp, name))  # rules.library.nondiff's rules
+    mesh = mesh_of_8()
+    x = jax.device_put(jnp.linspace(-1.0, 2.0, 24), NamedSharding(mesh, P("x")))
+
+    def loss(x):
+        out = f(x, 0.5) if name == "greater" else f(x)
+        return jnp.sum(jnp.sin(x)) + jnp.sum(out.astype(x.dtype))
+
+    grad = jax.shard_map(jax.grad(loss), mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=check_vma)
+    np.testing.assert_allclose(jax.jit(grad)(x), jnp.cos(x), rtol=1e-12)
+
+
 # ------------------------------------------------------------------------------------------
 # Higher order: the rule also differentiates its own forward value
 # ------------------------------------------------------------------------------------------
