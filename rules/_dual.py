@@ -51,7 +51,9 @@ from ._jax_compat import (
     fallback_linearize,
     linearize_contract,
     outside_partial_eval,
+    pcast_varying,
     unmapped_aval,
+    varying_axes,
 )
 
 __all__ = ["AVAILABLE", "ENABLED", "call", "forward_mode_required"]
@@ -256,8 +258,10 @@ if DUAL is not None:
             for i, t in zip(self.moved, ts):
                 tangents[i] = t
             y, y_dot = self.lowered.jvp(primals, tangents)
-            leaves = jax.tree_util.tree_leaves(y_dot)
-            return [leaves[i] for i, leaf in enumerate(jax.tree_util.tree_leaves(y)) if _inexact(jax.typeof(leaf))]
+            leaves = jax.tree_util.tree_leaves(y_dot, is_leaf=lambda t: isinstance(t, SymbolicZero))
+            return [  # a symbolic zero (an frule's ZeroTangent) made an array: this op's outputs are values
+                _dense(leaves[i], leaf) for i, leaf in enumerate(jax.tree_util.tree_leaves(y)) if _inexact(jax.typeof(leaf))
+            ]
 
         def transpose_flat(self, cts, args):
             if any(a is None for a in args[: self.n + self.n_res]):  # pragma: no cover - JAX keeps them known
@@ -392,6 +396,14 @@ if DUAL is not None:
         """`lowered`'s pullback of JAX's output cotangents (zeros symbolic), one per input."""
         g = [SymbolicZero(_tangent_aval(a)) if _is_zero(ct) else ct for a, ct in zip(out_avals, cts)]
         return list(lowered.bwd(residual, g))
+
+    def _dense(t: Any, like: Any) -> Any:
+        """`t`, or for a symbolic zero the zero tangent of the output `like`, with its varying axes."""
+        if not isinstance(t, SymbolicZero):
+            return t
+        zero = jnp.zeros(jnp.shape(like), jnp.result_type(like))
+        axes = varying_axes(like)
+        return pcast_varying(zero, axes) if axes else zero
 
     def _instantiate(t: Any, aval: Any) -> Any:
         if not _is_zero(t):

@@ -709,7 +709,9 @@ class _Lowered:
         out = []
         for k, (leaf, t) in enumerate(zip(y_leaves, leaf_ts)):
             shape, dtype = np.shape(leaf), jnp.result_type(leaf)
-            if t is None or isinstance(t, AbstractZero) or not jnp.issubdtype(dtype, jnp.inexact):
+            if (t is None or isinstance(t, AbstractZero)) and jnp.issubdtype(dtype, jnp.inexact):
+                out.append(SymbolicZero(jax.typeof(leaf).to_tangent_aval()))  # stays symbolic for the next rule
+            elif t is None or isinstance(t, AbstractZero) or not jnp.issubdtype(dtype, jnp.inexact):
                 out.append(_zero_tangent_of(leaf))
             else:
                 where = lambda k=k: f"the frule of `{self.name}`, {describe_argument('output', _leaf_path(y, k))}"  # noqa: E731

@@ -129,3 +129,39 @@ def test_an_frule_only_primitive_is_named_in_jaxprs():
     text = str(jax.make_jaxpr(cube)(1.0))
     assert "name=cube" in text and "name=primal" not in text
     assert float(jax.grad(cube)(2.0)) == 12.0
+
+
+# ----- a zero tangent stays symbolic from one rule to the next --------------------------------
+def test_a_zero_tangent_from_an_frule_reaches_the_next_frule_symbolic():
+    seen = []
+
+    stop = rules.primitive(lambda x: x * 1.0)
+
+    @stop.frule
+    def stop_frule(tangents, x):
+        return x * 1.0, rules.ZeroTangent()  # as ignore_derivatives
+
+    watch = rules.primitive(lambda x: 2 * x)
+
+    @watch.frule
+    def watch_frule(tangents, x):
+        seen.append(type(tangents[1]).__name__)
+        return 2 * x, 2 * tangents[1]
+
+    # JAX's own: a custom_jvp with symbolic zeros receives the SymbolicZero the one before returned
+    jax_seen = []
+    jax_stop = jax.custom_jvp(lambda x: x * 1.0)
+    jax_stop.defjvp(lambda p, t: (p[0] * 1.0, jax.custom_derivatives.SymbolicZero(jax.typeof(p[0]).to_tangent_aval())),
+                    symbolic_zeros=True)
+    jax_watch = jax.custom_jvp(lambda x: 2 * x)
+
+    def jax_watch_jvp(p, t):
+        jax_seen.append(type(t[0]).__name__)
+        return 2 * p[0], 2 * t[0] if not isinstance(t[0], jax.custom_derivatives.SymbolicZero) else t[0]
+
+    jax_watch.defjvp(jax_watch_jvp, symbolic_zeros=True)
+    for wrap in (lambda f: f, jax.jit):
+        ours = wrap(lambda x: jax.jvp(lambda x: watch(stop(x)), (x,), (1.0,)))(1.5)
+        theirs = wrap(lambda x: jax.jvp(lambda x: jax_watch(jax_stop(x)), (x,), (1.0,)))(1.5)
+        assert [float(v) for v in ours] == [float(v) for v in theirs] == [3.0, 0.0]
+    assert jax_seen == [] and seen == [], (jax_seen, seen)
