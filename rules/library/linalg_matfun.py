@@ -1,4 +1,4 @@
-"""Functions of Hermitian matrices: sym_matrix_function, sqrtm_psd, expm_sym, logm_spd.
+"""Matrix functions: sym_matrix_function, sqrtm_psd, expm_sym, logm_spd; svd_matrix_function.
 
 f(A) = V diag(f(w)) V^H for the Hermitian part of A = V diag(w) V^H. The derivative is the
 Daleckii-Krein formula, L(X) = V (K o (V^H herm(X) V)) V^H with K the divided differences
@@ -8,6 +8,9 @@ pushforward (X = A_dot) and the rrule's pullback (X = Y_bar). Each function read
 Hermitian part of A (its cotangent is Hermitian, its tangent depends only on herm(A_dot)).
 Complex arguments use ChainRules' convention (x_bar = dl/dRe x + i dl/dIm x). The names are
 also importable from `rules.library.linalg_spectral`, where they used to live.
+`svd_matrix_function` is the singular values' counterpart, U diag(f(s)) V^T of a real
+matrix, with the same kind of divided differences: determined at repeated and zero
+singular values, where the loss through `svd` is not.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ from .._primitive import primitive
 from .._projection import ProjectTo
 from .._thunks import unthunk
 from .._zeros import NoTangent
-from .linalg import _H, _S3, _S3Z, _diag, _herm, _nots, _pushed, _sandwich
+from .linalg import _H, _M3, _M43, _S3, _S3Z, _diag, _herm, _mT, _nots, _pushed, _sandwich
 
-__all__ = ["sym_matrix_function", "sqrtm_psd", "expm_sym", "logm_spd"]
+__all__ = ["sym_matrix_function", "svd_matrix_function", "sqrtm_psd", "expm_sym", "logm_spd"]
 
 
 # ----- helpers: the Daleckii-Krein derivative ------------------------------------------------
@@ -240,3 +243,109 @@ def logm_spd(A: jax.Array) -> jax.Array:
 
 _spectral_rules(logm_spd, jnp.log, _dlog)
 
+
+# ----- svd_matrix_function: the singular values' side ---------------------------------------------
+def _svd_function(A: jax.Array, f: Callable, df: Callable | None):
+    """(g(A), pushforward, pullback) for g(A) = U diag(f(s)) V^T, A = U diag(s) V^T (thin SVD).
+
+    With P = U^T A_dot V: g_dot = U (D1 o sym(P) + D2 o skew(P)) V^T, D1 the divided
+    differences of f on the singular values (f' on ties), D2_ij = (f(s_i) + f(s_j)) / (s_i + s_j)
+    (f' where both are 0), plus (I - U U^T) A_dot V diag(f(s) / s) V^T for a tall A. The
+    pullback is its transpose: U (sym(D1 o Q) + skew(D2 o Q)) V^T (+ the tall term), Q = U^T G V.
+    """
+    if jnp.iscomplexobj(A):
+        raise TypeError(
+            "`svd_matrix_function`: complex matrices are not supported; expected a real array "
+            f"(got {jnp.result_type(A)}); for a Hermitian matrix use `sym_matrix_function`."
+        )
+    wide = A.shape[-2] < A.shape[-1]
+    B = _mT(A) if wide else A
+    u, s, vt = jnp.linalg.svd(B, full_matrices=False)
+    v = _mT(vt)
+    fs = f(s)
+    dfs = jax.jvp(f, (s,), (jnp.ones_like(s),))[1] if df is None else df(s)
+    D1 = _divided_differences(s, fs, dfs)
+    total = s[..., :, None] + s[..., None, :]
+    zero = total == 0
+    D2 = jnp.where(zero, (dfs[..., :, None] + dfs[..., None, :]) / 2,
+                   (fs[..., :, None] + fs[..., None, :]) / jnp.where(zero, 1, total))
+    h = jnp.where(s == 0, dfs, fs / jnp.where(s == 0, 1, s))
+    tall = B.shape[-2] > B.shape[-1]
+    y = (u * fs[..., None, :]) @ vt
+
+    def beyond(X):  # the tall term, self-adjoint: (I - U U^T) X V diag(h) V^T
+        return (X - u @ (_mT(u) @ X)) @ ((v * h[..., None, :]) @ vt) if tall else 0
+
+    def pushforward(A_dot):
+        B_dot = _mT(A_dot) if wide else A_dot
+        P = _mT(u) @ B_dot @ v
+        out = u @ (D1 * (P + _mT(P)) / 2 + D2 * (P - _mT(P)) / 2) @ vt + beyond(B_dot)
+        return _mT(out) if wide else out
+
+    def pullback(G):
+        G = _mT(G) if wide else G
+        X, Y = D1 * (_mT(u) @ G @ v), D2 * (_mT(u) @ G @ v)
+        out = u @ ((X + _mT(X)) / 2 + (Y - _mT(Y)) / 2) @ vt + beyond(G)
+        return _mT(out) if wide else out
+
+    return (_mT(y) if wide else y), pushforward, pullback
+
+
+def _identity(s):
+    return s
+
+
+@primitive(examples=[(_M43, jnp.sin), (_M43.T, jnp.tanh), (_M3.astype(np.float32), _identity, jnp.ones_like),
+                     (np.eye(3), jnp.sin)])
+def svd_matrix_function(A: jax.Array, f: Callable, df: Callable | None = None) -> jax.Array:
+    """U diag(f(s)) V^T for the SVD A = U diag(s) V^T of a real matrix: a function of the singular values.
+
+    Why a rule: through `svd` (JAX's or `rules.library.linalg_spectral.svd`) the derivative
+    divides by s_j^2 - s_i^2 and is NaN (JAX) or undetermined (the library: NaN) at repeated
+    singular values, e.g. at every orthogonal matrix, though U f(S) V^T is smooth there. The
+    rule is the singular values' Daleckii-Krein formula (see `_svd_function`): divided
+    differences of f on the singular values on the symmetric part of U^T A_dot V, (f(s_i) +
+    f(s_j)) / (s_i + s_j) on its skew part, and f(s) / s on the part beyond U for a tall A. At
+    a rank-deficient A, g is well defined only for f(0) = 0 (then f'(0) takes the place of
+    f(s) / s); `sum(svd_matrix_function(A, lambda s: s))` has the gradient of `sum(A)`: all ones.
+
+    Args:
+      A: a real array (..., m, n).
+      f: a static elementwise function of the singular values (>= 0); hashed into the
+        compilation cache, so reuse one function object across calls.
+      df: its derivative, elementwise; by default `jax.jvp` of f.
+
+    Returns:
+      U diag(f(s)) V^T, of A's shape.
+
+    Raises:
+      TypeError: complex A.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from rules.library.linalg_matfun import svd_matrix_function
+    >>> jax.grad(lambda A: svd_matrix_function(A, jnp.tanh).sum())(jnp.eye(2)).round(6).tolist()
+    [[0.419974, 0.419974], [0.419974, 0.419974]]
+
+    See also: `sym_matrix_function`, `rules.library.linalg_spectral.svd`.
+    """
+    return _svd_function(A, f, df)[0]
+
+
+@svd_matrix_function.frule
+def svd_matrix_function_frule(tangents, A, f, *options, df=None):
+    _, A_dot, *_ = tangents
+    (df,) = options or (df,)
+    y, pushforward, _ = _svd_function(A, f, df)
+    return y, _pushed(pushforward, A_dot)
+
+
+@svd_matrix_function.rrule
+def svd_matrix_function_rrule(A, f, *options, df=None):
+    (df,) = options or (df,)
+    project_A = ProjectTo(A)
+    y, _, pullback = _svd_function(A, f, df)
+
+    def svd_matrix_function_pullback(y_bar):
+        return (NoTangent(), project_A(pullback(unthunk(y_bar))), NoTangent()) + _nots(len(options))
+
+    return y, svd_matrix_function_pullback

@@ -33,7 +33,7 @@ from here too. Conventions:
     The values' tangents and the other vectors' are finite.
   For spectral functions f(A) = V diag(f(w)) V^H, whose derivative is determined at
   repeated eigenvalues, use `rules.library.linalg_matfun.sym_matrix_function` (divided
-  differences, Daleckii-Krein).
+  differences, Daleckii-Krein); for U diag(f(s)) V^T, `svd_matrix_function` there.
 * Phase convention. Eigenvectors and singular vector pairs are only determined up to a
   sign (a phase), and backends (LAPACK, cuSOLVER's Jacobi, batched or not) choose it
   differently. `eigh` and `svd` fix it: each eigenvector v_i, and each pair (u_i, v_i)
@@ -424,7 +424,7 @@ def svd(A: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     >>> s.round(6).tolist(), u.round(6).tolist(), vt.round(6).tolist()
     ([3.0, 2.0], [[1.0, 0.0], [0.0, -1.0]], [[1.0, 0.0], [0.0, 1.0]])
 
-    See also: `svdvals`, `eigh`, `rules.library.linalg.pinv`.
+    See also: `svdvals`, `eigh`, `rules.library.linalg_matfun.svd_matrix_function`, `rules.library.linalg.pinv`.
     """
     u, s, vt, _ = _svd(A)
     return u, s, vt

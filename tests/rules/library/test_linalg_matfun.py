@@ -8,6 +8,8 @@ import pytest
 
 from rules.library import linalg_matfun as mf
 from rules.library import linalg_spectral as sp
+from rules import NoTangent
+from rules.testing import test_frule, test_rrule, with_tangent
 
 # A symmetric matrix with a repeated eigenvalue (1, 1, 2), and the identity.
 _Q = jnp.asarray(sp._Q3)
@@ -20,7 +22,8 @@ def test_the_module_ships_its_rules(shipped):
 
 
 def test_the_functions_are_still_importable_from_linalg_spectral():
-    assert all(getattr(sp, name) is getattr(mf, name) for name in mf.__all__)
+    moved = ("sym_matrix_function", "sqrtm_psd", "expm_sym", "logm_spd")  # they lived there (svd_matrix_function never did)
+    assert all(getattr(sp, name) is getattr(mf, name) for name in moved)
 
 
 # ----- forward mode: jax.jvp runs the frule, jax.grad the rrule ---------------------------------
@@ -85,3 +88,42 @@ def test_sym_matrix_function_derives_df_by_forward_mode_or_takes_it_given():
     given = jax.grad(lambda A: jnp.sum(G * mf.sym_matrix_function(A, jnp.tanh, df=lambda w: 1 - jnp.tanh(w) ** 2)))(A)
     np.testing.assert_allclose(auto, given, rtol=1e-12)
     np.testing.assert_allclose(auto, auto.T, rtol=1e-12)  # the cotangent is symmetric
+
+
+# ----- svd_matrix_function: the singular values' side -----------------------------------------
+def test_svd_matrix_function_is_determined_where_svd_is_not():
+    # sum(U diag(s) V^T) = sum(A): the gradient is all ones, at I (repeated singular values) and
+    # at the rank-one 3x2 [[2, 0], [0, 0], [0, 0]] (a zero singular value), where the loss
+    # through svd gets NaN (JAX's svd, and the library's: not determined by its cotangent)
+    for A in (jnp.eye(3), jnp.array([[2.0, 0.0], [0.0, 0.0], [0.0, 0.0]])):
+        ours = jax.grad(lambda A: jnp.sum(mf.svd_matrix_function(A, mf._identity)))(A)
+        np.testing.assert_allclose(ours, np.ones(A.shape), rtol=1e-12)
+
+        def via_svd(A):
+            u, s, vt = sp.svd(A)
+            return jnp.sum((u * s[..., None, :]) @ vt)
+
+        assert np.isnan(jax.grad(via_svd)(A)).any()
+    # a function with a skew part: tanh at I, the loss <C, g(A)> with C not symmetric:
+    # D1 = tanh'(1) on sym(C), D2 = tanh(1) on skew(C)
+    C = jnp.array([[1.0, 2.0], [0.0, -1.0]])
+    got = jax.grad(lambda A: jnp.sum(C * mf.svd_matrix_function(A, jnp.tanh)))(jnp.eye(2))
+    sym, skew = (C + C.T) / 2, (C - C.T) / 2
+    np.testing.assert_allclose(got, (1 - np.tanh(1.0) ** 2) * sym + np.tanh(1.0) * skew, rtol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (3, 4), (3, 3)], ids=["tall", "wide", "square"])
+def test_svd_matrix_function_agrees_with_autodiff_through_svd_at_distinct_singular_values(shape):
+    A = jnp.asarray(np.random.default_rng(3).normal(size=shape))
+    C = jnp.arange(np.prod(shape), dtype=float).reshape(shape) - 4
+
+    def via_svd(A):
+        u, s, vt = jnp.linalg.svd(A, full_matrices=False)
+        return jnp.sum(C * ((u * jnp.sin(s)[None, :]) @ vt))
+
+    ours = jax.grad(lambda A: jnp.sum(C * mf.svd_matrix_function(A, jnp.sin)))(A)
+    np.testing.assert_allclose(ours, jax.grad(via_svd)(A), rtol=1e-10, atol=1e-12)
+    test_rrule(mf.svd_matrix_function, np.asarray(A), with_tangent(jnp.sin, NoTangent()))
+    test_frule(mf.svd_matrix_function, np.asarray(A), with_tangent(jnp.sin, NoTangent()))
+    with pytest.raises(TypeError, match="svd_matrix_function.*complex"):
+        mf.svd_matrix_function(A + 1j, jnp.sin)
