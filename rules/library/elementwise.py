@@ -45,11 +45,9 @@ def _ex(*arrays):
 
 
 # Tails where the textbook partial, written with the output, rounds to 0 or overflows.
-_TINY = np.array([1e-200, 3e-170, 2.0])  # squares underflow
 _HUGE = np.array([1e200, 3e160, 2.0])  # squares overflow
 _LEFT = np.array([40.0, 25.0, 3.0])  # expm1(-40) + 1 == 0 in float64
 _TAIL32 = np.array([17.0, -9.01, 0.5], np.float32)  # 1 - y**2 and y * (1 - y) round to 0 in float32
-_POS32 = _POS.astype(np.float32)
 _E8 = np.array([1e8, -3.0, 0.5], np.float32)  # logaddexp(1e8, 1e8 + 1) == 1e8 + 1 in float32
 _SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 
@@ -231,8 +229,8 @@ register_examples(jnp.abs, _ex(_X - 0.5) + _ex(_Z))
 # cotangent is then z_bar = i Im(y_bar conj(s)) s / |z|, and 0 at z = 0 (as abs).
 def _sign_turn(x):
     r = jnp.abs(x)
-    s = jnp.sign(x)
-    return s, s / jnp.where(r == 0, 1, r) * (r != 0)
+    s = jnp.sign(x)  # 0 at 0, and so is s / |z| there
+    return s, s / jnp.where(r == 0, 1, r)
 
 
 @frule.register(jnp.sign, plain=True)

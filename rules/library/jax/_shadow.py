@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import types
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from ..._primitive import Primitive
 
@@ -36,8 +36,9 @@ def like(jax_fn: Callable) -> Callable[[Callable], Callable]:
     return decorate
 
 
-def fallback(module_name: str, jax_module: types.ModuleType, ours: dict[str, Any]) -> tuple[Callable, Callable]:
-    """`__getattr__` and `__dir__` for a drop-in module: its own names, then JAX's."""
+def fallback(module_name: str, jax_module: types.ModuleType, ours: Iterable[str]) -> tuple[Callable, Callable]:
+    """`__getattr__` and `__dir__` for a drop-in module: its own names `ours`, then JAX's."""
+    ours = tuple(ours)
 
     def __getattr__(name: str) -> Any:
         try:

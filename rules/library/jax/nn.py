@@ -40,4 +40,4 @@ def gelu(x, approximate=True):  # JAX's default, the tanh form
 
 SHADOWED = ("sigmoid", "elu", "selu", "celu", "softplus", "log_sigmoid", "squareplus", "gelu", "logsumexp")
 
-__getattr__, __dir__ = _fallback(__name__, _jnn, {name: None for name in SHADOWED})
+__getattr__, __dir__ = _fallback(__name__, _jnn, SHADOWED)

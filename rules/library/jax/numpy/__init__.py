@@ -58,4 +58,4 @@ SHADOWED = (
     "power", "pow", "logaddexp", "logaddexp2", "vander", "linalg",
 )  # fmt: skip
 
-__getattr__, __dir__ = _fallback(__name__, _jnp, {name: None for name in SHADOWED})
+__getattr__, __dir__ = _fallback(__name__, _jnp, SHADOWED)

@@ -47,4 +47,4 @@ def inv(a):
 
 SHADOWED = ("norm", "det", "inv")
 
-__getattr__, __dir__ = _fallback(__name__, _jnp.linalg, {name: None for name in SHADOWED})
+__getattr__, __dir__ = _fallback(__name__, _jnp.linalg, SHADOWED)

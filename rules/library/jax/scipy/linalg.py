@@ -17,4 +17,4 @@ polar = _linalg_polar.polar  # smooth wherever a has full rank
 
 SHADOWED = ("polar",)
 
-__getattr__, __dir__ = _fallback(__name__, _jsl, {name: None for name in SHADOWED})
+__getattr__, __dir__ = _fallback(__name__, _jsl, SHADOWED)

@@ -23,8 +23,8 @@ from ...._primitive import primitive as _primitive
 from .._shadow import fallback as _fallback
 
 expit = _primitive(_jsp.expit)  # s(x) s(-x): float32 tails
-xlogy = _primitive(_jsp.xlogy)  # d/dy = 0 where x = 0 (JAX: NaN at (0, 0))
-xlog1py = _primitive(_jsp.xlog1py)
+xlogy = _logexp.xlogy  # d/dy = 0 where x = 0 (JAX: NaN at (0, 0))
+xlog1py = _logexp.xlog1py
 betainc = _primitive(_jsp.betainc)  # d/dx at x = 0 (a = 1) and x = 1 (b = 1) (JAX: NaN)
 gammainc = _primitive(_jsp.gammainc)  # d/dx at x = 0, a = 1 (JAX: NaN)
 gammaincc = _primitive(_jsp.gammaincc)
@@ -39,4 +39,4 @@ exprel = _logexp.exprel  # expm1(x) / x, 1 at 0, with its slope 1/2 there
 SHADOWED = ("expit", "xlogy", "xlog1py", "betainc", "gammainc", "gammaincc", "i0", "i0e", "i1", "i1e", "logsumexp")
 EXTRA = ("kv", "kve", "iv", "ive", "jv", "yv", "struve", "exprel")
 
-__getattr__, __dir__ = _fallback(__name__, _jsp, {name: None for name in SHADOWED + EXTRA})
+__getattr__, __dir__ = _fallback(__name__, _jsp, SHADOWED + EXTRA)

@@ -28,4 +28,4 @@ for _name in SHADOWED:
     globals()[_name] = _overlay(f"{__name__}.{_name}", getattr(_jst, _name), vars(getattr(_stats, _name)))
 del _name
 
-__getattr__, __dir__ = _fallback(__name__, _jst, {name: None for name in SHADOWED})
+__getattr__, __dir__ = _fallback(__name__, _jst, SHADOWED)
