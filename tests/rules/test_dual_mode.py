@@ -249,3 +249,15 @@ def test_grad_of_vmap_keeps_an_unbatched_residual_unbatched(footing):
     w_var = jaxpr.invars[0]
     broadcasts = [e for e in jaxpr.eqns if e.primitive.name == "broadcast_in_dim" and w_var in e.invars]
     assert broadcasts == []
+
+
+@needs_dual
+def test_a_forward_mode_op_and_a_reverse_mode_op_of_one_call_compare_unequal_without_raising():
+    # CI once failed when JAX compared the two: PyTreeDef's == raises on None
+    (eqn,) = [e for e in jax.make_jaxpr(make_both())(X).eqns if "op" in e.params]
+    call = eqn.params["op"]
+    forward = _dual._Linear(call, (0,), None, [])  # made without residuals
+    reverse = _dual._Linear(call, (0,), jax.tree_util.tree_structure(()), [])  # same avals: only the tree differs
+    assert forward != reverse and reverse != forward
+    assert forward == _dual._Linear(call, (0,), None, []) and hash(forward) == hash(_dual._Linear(call, (0,), None, []))
+    assert reverse == _dual._Linear(call, (0,), jax.tree_util.tree_structure(()), [])
