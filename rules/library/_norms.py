@@ -80,20 +80,25 @@ def _two_norm(a: jax.Array, axes: tuple) -> jax.Array:
     return jnp.where(jnp.isinf(top), top, y)
 
 
-def _p_norm(a: jax.Array, p: Any, axes: tuple) -> jax.Array:
-    """(sum a^p)^(1/p) over axes (keepdims) for real p, finite or not, a possibly traced.
-
-    Scaled by max a for p > 0 and by min a for p < 0, so every term (a / scale)^p is at most 1:
-    no overflow or underflow. p = +-inf: max / min; p = 0: the count of nonzero entries.
-    """
+def _p_norm_parts(a: jax.Array, p: Any, axes: tuple) -> tuple[jax.Array, jax.Array]:
+    """(scale, s) with (sum a^p)^(1/p) = scale * s over axes (keepdims), for real p, finite or not,
+    possibly traced: scale is max a for p > 0 and min a for p < 0, so that every term (a / scale)^p
+    is at most 1 (no overflow or underflow); p = +-inf: s = 1 (max / min); p = 0: scale = 1 and s
+    the count of nonzero entries. A zero norm has s = 0 or scale = 0."""
     top, bottom = jnp.max(a, axis=axes, keepdims=True), jnp.min(a, axis=axes, keepdims=True)
-    scale = jnp.where(p > 0, top, bottom)
     finite = jnp.isfinite(p) & (p != 0)
     q = jnp.where(finite, p, 1).astype(a.dtype)
-    y = scale * jnp.sum(_scaled(a, scale) ** q, axis=axes, keepdims=True) ** (1 / q)
-    y = jnp.where((scale == 0) | jnp.isinf(scale), scale, y)
+    scale = jnp.where(p == 0, 1, jnp.where(p > 0, top, bottom)).astype(a.dtype)
+    s = jnp.sum(_scaled(a, scale) ** q, axis=axes, keepdims=True) ** (1 / q)
     count = jnp.sum(a != 0, axis=axes, keepdims=True).astype(a.dtype)
-    return jnp.where(p == 0, count, jnp.where(finite, y, scale))
+    return scale, jnp.where(p == 0, count, jnp.where(finite, s, 1)).astype(a.dtype)
+
+
+def _p_norm(a: jax.Array, p: Any, axes: tuple) -> jax.Array:
+    """(sum a^p)^(1/p) over axes (keepdims) for real p, finite or not, a possibly traced, as
+    `_p_norm_parts` scales it. p = +-inf: max / min; p = 0: the count of nonzero entries."""
+    scale, s = _p_norm_parts(a, p, axes)
+    return jnp.where(jnp.isinf(scale), scale, scale * s)
 
 
 def _norm_value(x: jax.Array, kind: str, axes: tuple, ord: Any) -> jax.Array:
@@ -185,6 +190,13 @@ def _normalized(x: jax.Array, axis: Any) -> tuple[jax.Array, jax.Array, jax.Arra
     xs = _scaled(x, top)
     s = jnp.sqrt(jnp.sum(jnp.abs(xs) ** 2, axis=axis, keepdims=True))
     return _safe_div(xs, s).astype(jnp.result_type(x)), top, s
+
+
+def _p_normalized(x: jax.Array, p: Any, axes: tuple) -> tuple:
+    """(y, n, scale, s): y = x / n for n = ||x||_p over axes (keepdims, = scale * s as
+    `_p_norm_parts` scales it), 0 where n = 0."""
+    scale, s = _p_norm_parts(jnp.abs(x), p, axes)
+    return _divide_by_norm(x, scale, s), jnp.where(jnp.isinf(scale), scale, scale * s), scale, s
 
 
 def _divide_by_norm(v: jax.Array, top: jax.Array, s: jax.Array) -> jax.Array:

@@ -24,7 +24,8 @@ from .._primitive import primitive
 from .._projection import ProjectTo
 from .._thunks import unthunk
 from .._zeros import AbstractZero, NoTangent, ZeroTangent
-from ._norms import _divide_by_norm, _norm_gradient, _norm_kind, _norm_value, _normalized, _p_partial
+from ._norms import (_divide_by_norm, _dynamic_p, _norm_gradient, _norm_kind, _norm_value, _normalized, _p_normalized,
+                     _p_partial)
 from ._norms import _unit
 
 __all__ = ["norm", "normalize", "det", "logdet", "slogdet", "inv", "pinv"]
@@ -192,58 +193,104 @@ def norm_rrule(x, *options, **kw_options):
 
 
 # ----- normalize ----------------------------------------------------------------------------
-@primitive(examples=[(_V3Z,), (_M43.astype(np.float32), 1)])
-def normalize(x: jax.Array, axis: int | tuple[int, ...] | None = None) -> jax.Array:
-    """x / ||x||_2 (over all entries, or along `axis`), and 0 where ||x|| = 0.
+@primitive(examples=[(_V3Z,), (_M43.astype(np.float32), 1), (_V3, None, 2.5), (_V3Z, None, np.inf)])
+def normalize(x: jax.Array, axis: int | tuple[int, ...] | None = None, p: Any = 2) -> jax.Array:
+    """x / ||x||_p (over all entries, or along `axis`), and 0 where ||x||_p = 0.
 
     Why a rule: x / jnp.linalg.norm(x) is NaN at 0 and so is its gradient; here the value
-    and the cotangent are 0 there, and elsewhere the pullback is one projection,
-    (y_bar - y Re<y, y_bar>) / ||x||. Computed scaled by max|x|: at [3e-170, 4e-170]
-    (float64) plain JAX's x / norm(x) is [inf, inf] (float32 [3e20, 4e20]: [0, 0]), here
-    [0.6, 0.8] and the right pullback.
+    and the cotangent are 0 there. For p = 2 the pullback is one projection,
+    (y_bar - y Re<y, y_bar>) / ||x||; for other p, y_bar / ||x|| + n_bar g, with
+    n_bar = -Re<y, y_bar> / ||x|| and g the gradient of `norm` (ChainRules' `normalize(x, p)`).
+    Computed scaled by max|x| (min|x| for p < 0): at [3e-170, 4e-170] (float64) plain JAX's
+    x / norm(x) is [inf, inf] (float32 [3e20, 4e20]: [0, 0]), here [0.6, 0.8] and the right
+    pullback.
 
     Args:
       x: an array (real or complex).
       axis: None (all entries) or the axis/axes to normalise along.
+      p: the norm's p, as `norm`'s vector ord: an int is static; a float (+-inf included) is
+        differentiated when passed positionally, as ChainRules' `normalize(x, p)` is.
 
     Returns:
-      An array of x's shape with unit 2-norm (or 0) along `axis`.
+      An array of x's shape with unit p-norm (or 0) along `axis`.
 
     >>> import jax.numpy as jnp
     >>> from rules.library.linalg import normalize
     >>> normalize(jnp.array([3.0, 4.0])).round(6).tolist(), normalize(jnp.zeros(2)).tolist()
     ([0.6, 0.8], [0.0, 0.0])
+    >>> normalize(jnp.array([3.0, -1.0]), None, 1).tolist()
+    [0.75, -0.25]
 
     See also: `norm`.
     """
-    return _normalized(x, axis)[0]
+    axis, p, _ = _normalize_options(jnp.ndim(x), axis, p)
+    return _normalized(x, axis)[0] if _two(p) else _p_normalized(x, p, axis)[0]
+
+
+def _two(p: Any) -> bool:
+    """Whether p is the static 2 of the projection formula (a float p is differentiated)."""
+    return isinstance(p, int) and not isinstance(p, bool) and p == 2
+
+
+def _normalize_options(ndim: int, axis: Any = None, p: Any = 2) -> tuple:
+    """(axes, p, whether p is a differentiable float), the axes a tuple (None: all)."""
+    axes = tuple(range(ndim)) if axis is None else ((axis,) if isinstance(axis, int) else tuple(axis))
+    return tuple(a % max(ndim, 1) for a in axes), p, _dynamic_p(p)
+
+
+def _normalize_forward(x, options, kw_options):
+    """(y, n, scale, s, axes, p, dynamic): y = x / n, n = scale * s (keepdims)."""
+    axes, p, dynamic = _normalize_options(jnp.ndim(x), *options, **kw_options)
+    if _two(p):
+        y, scale, s = _normalized(x, axes)
+        return y, None, scale, s, axes, p, dynamic
+    y, n, scale, s = _p_normalized(x, p, axes)
+    return y, n, scale, s, axes, p, dynamic
+
+
+def _normalize_tangent(x, y, n, scale, s, axes, p, direction, p_dir=None):
+    """normalize's pushforward: (v - y dn) / n with dn = Re<g, v> (+ dn/dp p_dir), g the norm's
+    gradient (y for p = 2)."""
+    g = y if n is None else _norm_gradient(x, p, "p", axes, n)
+    dn = jnp.sum(jnp.real(jnp.conj(g) * direction), axis=axes, keepdims=True)
+    if p_dir is not None:
+        dn = dn + _p_partial(jnp.abs(x), p, n, axes) * jnp.real(p_dir)
+    return _divide_by_norm(direction - y * dn, scale, s).astype(y.dtype)
 
 
 @normalize.frule
-def normalize_frule(tangents, x, *options, axis=None):
-    _, x_dot, *_ = tangents
-    (axis,) = options or (axis,)
-    y, top, s = _normalized(x, axis)
+def normalize_frule(tangents, x, *options, **kw_options):
+    _, x_dot, *option_dots = tangents
+    y, n, scale, s, axes, p, dynamic = _normalize_forward(x, options, kw_options)
+    p_dot = option_dots[1] if len(option_dots) > 1 and dynamic else ZeroTangent()
 
-    def normalize_pushforward(x_dot):  # the pullback's projection, which is self-adjoint
-        along = jnp.sum(jnp.real(jnp.conj(y) * x_dot), axis=axis, keepdims=True)
-        return _divide_by_norm(x_dot - y * along, top, s).astype(y.dtype)
+    def normalize_pushforward(x_dot, p_dot):  # for p = 2 a projection, which is self-adjoint
+        x_dot = jnp.zeros_like(x) if _is_zero(x_dot) else x_dot
+        return _normalize_tangent(x, y, n, scale, s, axes, p, x_dot, None if _is_zero(p_dot) else p_dot)
 
-    return y, _pushed(normalize_pushforward, x_dot)
+    return y, _pushed(normalize_pushforward, x_dot, p_dot)
 
 
 @normalize.rrule
-def normalize_rrule(x, *options, axis=None):
-    (axis,) = options or (axis,)
+def normalize_rrule(x, *options, **kw_options):
     project_x = ProjectTo(x)
-    y, top, s = _normalized(x, axis)
+    y, n, scale, s, axes, p, dynamic = _normalize_forward(x, options, kw_options)
+    differentiates_p = len(options) > 1 and dynamic
+    project_p = ProjectTo(options[1]) if differentiates_p else None
 
     def normalize_pullback(y_bar):
         y_bar = unthunk(y_bar)
         if _is_zero(y_bar):
-            return (NoTangent(), ZeroTangent()) + _nots(len(options))
-        along = jnp.sum(jnp.real(jnp.conj(y) * y_bar), axis=axis, keepdims=True)
-        return (NoTangent(), project_x(_divide_by_norm(y_bar - y * along, top, s))) + _nots(len(options))
+            p_bar = (ZeroTangent(),) if differentiates_p else ()
+            return (NoTangent(), ZeroTangent()) + _nots(len(options) - len(p_bar)) + p_bar
+        # n_bar = -Re<y, y_bar> / n; x_bar = y_bar / n + n_bar g (g = y for p = 2)
+        inner = jnp.sum(jnp.real(jnp.conj(y) * y_bar), axis=axes, keepdims=True)
+        g = y if n is None else _norm_gradient(x, p, "p", axes, n)
+        x_bar = project_x(_divide_by_norm(y_bar - g * inner, scale, s))
+        if not differentiates_p:
+            return (NoTangent(), x_bar) + _nots(len(options))
+        p_bar = -jnp.sum(_divide_by_norm(inner * _p_partial(jnp.abs(x), p, n, axes), scale, s))
+        return NoTangent(), x_bar, NoTangent(), project_p(p_bar)
 
     return y, normalize_pullback
 

@@ -187,6 +187,30 @@ def test_normalize_passes_the_testers_on_chainrules_inputs(complex_):
     test_rrule(la.normalize, _chainrules_input(2.0, complex_))
 
 
+@pytest.mark.parametrize("complex_", [False, True], ids=["real", "complex"])
+@pytest.mark.parametrize("p", [1.0, 2.0, -np.inf, np.inf, 2.5, 3])  # ChainRules' normalize(x, p) set, and a static int
+def test_normalize_with_p_passes_the_testers_on_chainrules_inputs_and_is_x_over_its_p_norm(p, complex_):
+    x = _chainrules_input(p, complex_)
+    np.testing.assert_allclose(la.normalize(x, None, p), x / np.linalg.norm(x, p), rtol=1e-13)
+    test_rrule(la.normalize, x, None, p)
+    test_frule(la.normalize, x, None, p)
+
+
+def test_normalize_differentiates_a_float_p_as_finite_differences_do_and_is_zero_at_zero():
+    x = jnp.array([0.6, -1.2, 0.9])
+    w = jnp.array([0.3, -0.5, 0.8])
+    loss = lambda x, p: w @ la.normalize(x, None, p)  # noqa: E731
+    fd = (loss(x, 2.5 + 1e-6) - loss(x, 2.5 - 1e-6)) / 2e-6
+    np.testing.assert_allclose(jax.grad(loss, argnums=1)(x, 2.5), fd, rtol=1e-7)
+    np.testing.assert_allclose(jax.jvp(lambda p: loss(x, p), (2.5,), (1.0,))[1], fd, rtol=1e-7)
+    for p in (1.0, 3, np.inf, -1.0):
+        np.testing.assert_array_equal(la.normalize(jnp.zeros(3), None, p), np.zeros(3))
+        np.testing.assert_array_equal(jax.grad(loss)(jnp.zeros(3), p), np.zeros(3))
+    # scaled: the 2.5-norm of [3e-170, 4e-170] underflows when computed as plain JAX does
+    tiny = jnp.array([3e-170, 4e-170])
+    np.testing.assert_allclose(la.normalize(tiny, None, 2.5), la.normalize(jnp.array([3.0, 4.0]), None, 2.5), rtol=1e-14)
+
+
 # ----- zero seeds ---------------------------------------------------------------------------------
 def test_norm_and_normalize_pass_zero_seeds_through_as_chainrules_does():
     x = jnp.array([0.6, -1.2, 0.9])
@@ -194,6 +218,8 @@ def test_norm_and_normalize_pass_zero_seeds_through_as_chainrules_does():
     assert rules.rrule(la.norm, x, 2.5)[1](ZeroTangent()) == (NoTangent(), ZeroTangent(), ZeroTangent())
     assert rules.rrule(la.norm, x, 3)[1](ZeroTangent()) == (NoTangent(), ZeroTangent(), NoTangent())
     assert rules.rrule(la.normalize, x)[1](ZeroTangent()) == (NoTangent(), ZeroTangent())
+    assert rules.rrule(la.normalize, x, None, 2.5)[1](ZeroTangent()) == (NoTangent(), ZeroTangent(), NoTangent(), ZeroTangent())
+    assert rules.frule((NoTangent(), ZeroTangent(), NoTangent(), ZeroTangent()), la.normalize, x, None, 2.5)[1] is ZeroTangent()
     assert rules.frule((NoTangent(), ZeroTangent()), la.norm, x)[1] is ZeroTangent()
     assert rules.frule((NoTangent(), ZeroTangent(), ZeroTangent()), la.norm, x, 2.5)[1] is ZeroTangent()
     assert rules.frule((NoTangent(), ZeroTangent()), la.normalize, x)[1] is ZeroTangent()
