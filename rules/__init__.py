@@ -48,6 +48,7 @@ from ._primitive import primitive as primitive
 from ._errors import AmbiguousRuleError as AmbiguousRuleError
 from ._errors import ForwardModeError as ForwardModeError
 from ._errors import LoweringContractError as LoweringContractError
+from ._errors import TracerClosureError as TracerClosureError
 from ._errors import NotImplementedTangentError as NotImplementedTangentError
 from ._errors import ProjectionError as ProjectionError
 from ._errors import PullbackError as PullbackError

@@ -9,6 +9,8 @@ from __future__ import annotations
 import inspect
 from typing import Any, overload
 
+import jax
+
 __all__ = [
     "RuleError",
     "RuleDefinitionError",
@@ -20,6 +22,7 @@ __all__ = [
     "ForwardModeError",
     "StaticArgumentError",
     "LoweringContractError",
+    "TracerClosureError",
     "format_message",
 ]
 
@@ -123,3 +126,13 @@ class StaticArgumentError(RuleError, TypeError):
 class LoweringContractError(RuleError, RuntimeError):
     """The installed JAX does not keep the contract the dual-mode lowering is built on (its
     first use checks a small primitive against JAX's own derivatives)."""
+
+
+class TracerClosureError(RuleError, jax.errors.UnexpectedTracerError):
+    """A rule (or its function) closes over a value traced by a JAX transformation that
+    encloses the primitive's call but not its differentiation (a `jax.vmap` inside
+    `jax.grad`): the rule runs beneath that transformation and cannot see its tracers, as
+    with a `jax.custom_vjp`. Still a `jax.errors.UnexpectedTracerError`."""
+
+    def __init__(self, message: str):
+        Exception.__init__(self, message)  # JAX's own __init__ appends its general advice

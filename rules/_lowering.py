@@ -48,6 +48,7 @@ from ._errors import (
     RuleError,
     StaticArgumentError,
     TangentStructureError,
+    TracerClosureError,
     describe_argument,
     format_message,
     parameter_name,
@@ -190,15 +191,25 @@ class _naming:
     A class, not a generator context manager: it runs on every eager differentiation.
     """
 
-    __slots__ = ("what",)
+    __slots__ = ("what", "name")
 
-    def __init__(self, what: Any):
-        self.what = what
+    def __init__(self, what: Any, name: str | None = None):
+        self.what, self.name = what, name
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, kind, err, tb) -> Literal[False]:
+        if isinstance(err, jax.errors.UnexpectedTracerError) and self.name is not None and not isinstance(err, RuleError):
+            raise TracerClosureError(format_message(
+                f"the rrule of `{self.name}` (or its function) uses a tracer of another trace: a value "
+                "closed over from a JAX transformation that encloses the call but not its differentiation "
+                "(a jax.vmap inside jax.grad), or one kept from an earlier trace; the rule runs beneath "
+                "that transformation, as a jax.custom_vjp's fwd and bwd do, and cannot see its tracers",
+                got=str(err).splitlines()[0] if str(err) else type(err).__name__,
+                fix=f"pass the value to `{self.name}` as an argument instead of closing over it "
+                f"(rules.primitive(lambda x, a: ...)(x, a)), or define `{self.name}` outside the transformation",
+            )) from err
         if isinstance(err, Exception) and not isinstance(err, RuleError):
             err.add_note(self.what() if callable(self.what) else self.what)
         return False
@@ -495,7 +506,7 @@ class _Lowered:
         perturbed = [p.perturbed for p in dyn_primals]
         self._check_keywords_not_differentiated(perturbed)
         args, kwargs = self.rebuild(values)
-        with _running_rule_of(self.prim.__rules_key__), _naming(f"(raised in the rrule of `{self.name}`)"):
+        with _running_rule_of(self.prim.__rules_key__), _naming(f"(raised in the rrule of `{self.name}`)", self.name):
             y, pullback = check_rrule_result(self.prim, self.rr(*args, **kwargs))
         self.check_rule_primal("rrule", values, y)
         y_leaves, y_tree = jax.tree_util.tree_flatten(y)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import rules
-from rules import NoTangent
+from rules import NoTangent, _dual
 from rules._jax_compat import VALUE_DEPENDENT, concrete_value
 
 
@@ -165,3 +165,50 @@ def test_a_zero_tangent_from_an_frule_reaches_the_next_frule_symbolic():
         theirs = wrap(lambda x: jax.jvp(lambda x: jax_watch(jax_stop(x)), (x,), (1.0,)))(1.5)
         assert [float(v) for v in ours] == [float(v) for v in theirs] == [3.0, 0.0]
     assert jax_seen == [] and seen == [], (jax_seen, seen)
+
+
+# ----- an rrule that closes over a vmap tracer --------------------------------------------------
+def _scaled_by(a, name):
+    """sin(x) * a with a closed over: as a primitive and as JAX's custom_vjp."""
+    p = rules.primitive(lambda x: jnp.sin(x) * a, name=name)
+
+    @p.rrule
+    def scaled_rrule(x):
+        return jnp.sin(x) * a, lambda g: (NoTangent(), g * jnp.cos(x) * a)
+
+    cv = jax.custom_vjp(lambda x: jnp.sin(x) * a)
+    cv.defvjp(lambda x: (jnp.sin(x) * a, x), lambda x, g: (g * jnp.cos(x) * a,))
+    return p, cv
+
+
+@pytest.mark.parametrize("wrap", [lambda f: f, jax.jit], ids=["eager", "jit"])
+def test_a_rule_closing_over_a_vmap_tracer_differentiated_inside_the_vmap_computes_as_custom_vjp(wrap):
+    def per(which):
+        return lambda a: jax.grad(_scaled_by(a, "inner")[which])(0.5)
+
+    ours, theirs = wrap(jax.vmap(per(0)))(jnp.arange(3.0)), wrap(jax.vmap(per(1)))(jnp.arange(3.0))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+    np.testing.assert_allclose(ours, np.cos(0.5) * np.arange(3.0), rtol=1e-6)
+
+
+def test_a_rule_closing_over_a_vmap_tracer_differentiated_outside_raises_naming_the_primitive():
+    def loss(which):
+        return lambda x: jnp.sum(jax.vmap(lambda a: _scaled_by(a, "scaled_by_a")[which](x))(jnp.arange(3.0)))
+
+    with pytest.raises(jax.errors.UnexpectedTracerError):  # JAX's custom_vjp cannot either
+        jax.grad(loss(1))(0.5)
+    if _dual.ENABLED:  # the rule runs beneath the vmap, as custom_vjp's fwd does
+        with pytest.raises(rules.TracerClosureError, match=r"rrule of `scaled_by_a`[\s\S]*fix: .*as an argument") as err:
+            jax.grad(loss(0))(0.5)
+        assert isinstance(err.value, jax.errors.UnexpectedTracerError)
+    else:  # the custom_vjp/custom_jvp lowering computes it
+        np.testing.assert_allclose(jax.grad(loss(0))(0.5), 3 * np.cos(0.5), rtol=1e-6)
+    # the fix the message names: the value as an argument
+    p = rules.primitive(lambda x, a: jnp.sin(x) * a, name="scaled")
+
+    @p.rrule
+    def scaled_rrule(x, a):
+        return jnp.sin(x) * a, lambda g: (NoTangent(), g * jnp.cos(x) * a, g * jnp.sin(x))
+
+    fixed = jax.grad(lambda x: jnp.sum(jax.vmap(lambda a: p(x, a))(jnp.arange(3.0))))(0.5)
+    np.testing.assert_allclose(fixed, 3 * np.cos(0.5), rtol=1e-6)
