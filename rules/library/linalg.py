@@ -308,11 +308,34 @@ def _unitary(q: jax.Array) -> jax.Array:
     """q made exactly unitary, column by column: a column orthonormal to the ones before it is
     kept (to rounding), any other (zero, garbage) is replaced by a completing unit vector.
 
-    A Householder QR does it on every backend: its Q is unitary whatever q holds.
+    Gram-Schmidt, each projection done twice ("twice is enough"), a column with nothing left
+    after them replaced by the residual of the basis vector e_k whose row of the columns so far
+    has the least norm (its residual's squared norm is at least 1 - j/n). The result is what a
+    Householder QR with R's diagonal made positive gives, without a QR: JAX's QR fails under
+    `jax.jit` with an explicit-axes `NamedSharding` (its lowering's masks lose the batch axes'
+    sharding), which these batched products, norms and selects keep.
     """
-    Q, R = jnp.linalg.qr(q)
-    d = jnp.diagonal(R, axis1=-2, axis2=-1)
-    return Q * jnp.where(d == 0, 1, _unit(d))[..., None, :]
+    n = q.shape[-1]
+    real = jnp.finfo(q.dtype).dtype
+    tiny = jnp.asarray(n * jnp.finfo(real).eps, real)
+
+    def project(Q, v):  # v minus its components along Q's columns (the unfilled ones are 0)
+        for _ in range(2):
+            v = v - jnp.einsum("...ik,...k->...i", Q, jnp.einsum("...ik,...i->...k", jnp.conj(Q), v))
+        return v
+
+    def norm(v):
+        return jnp.sqrt(jnp.sum(jnp.abs(v) ** 2, axis=-1, keepdims=True))
+
+    def column(j, Q):
+        v = jax.lax.dynamic_index_in_dim(q, j, axis=-1, keepdims=False)
+        r = project(Q, v)
+        k = jnp.argmin(jnp.sum(jnp.abs(Q) ** 2, axis=-1), axis=-1)
+        e = project(Q, (jnp.arange(n).reshape((1,) * k.ndim + (n,)) == k[..., None]).astype(q.dtype))
+        w = jnp.where(norm(r) > tiny * norm(v), r, e)
+        return jax.lax.dynamic_update_index_in_dim(Q, w / norm(w), j, axis=-1)
+
+    return jax.lax.fori_loop(0, n, column, jnp.zeros_like(q))
 
 
 def _adjugate(A: jax.Array) -> jax.Array:

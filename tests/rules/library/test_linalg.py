@@ -272,6 +272,28 @@ def test_det_gradient_is_the_adjugate_whatever_the_svd_returns_for_zero_singular
     np.testing.assert_allclose(jax.jit(jax.grad(la.det))(A), expected, atol=1e-12)
 
 
+
+@pytest.mark.parametrize("axis_type", ["Explicit", "Auto"])
+def test_det_differentiates_a_batch_sharded_over_a_named_mesh(axis_type):
+    # JAX's own QR (which the adjugate used to complete its singular vectors) fails under jit with
+    # an explicit-axes NamedSharding; the Gram-Schmidt completion keeps the batch's sharding
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+    mesh = jax.make_mesh((2, 4), ("a", "b"), axis_types=(getattr(AxisType, axis_type),) * 2)
+    A = np.random.default_rng(3).normal(size=(8, 3, 3))
+    A[0, 2] = A[0, 0] + A[0, 1]  # singular: a rank-one adjugate
+    loss = lambda A: jnp.sum(la.det(A))  # noqa: E731
+    want_grad, want_dot = jax.grad(loss)(A), jax.jvp(la.det, (A,), (A,))[1]
+    with (jax.sharding.use_mesh(mesh) if hasattr(jax.sharding, "use_mesh") else jax.set_mesh(mesh)):
+        sharded = jax.device_put(A, NamedSharding(mesh, P(("a", "b"))))
+        grad = jax.jit(jax.grad(loss))(sharded)
+        y_dot = jax.jit(lambda A: jax.jvp(la.det, (A,), (A,))[1])(sharded)
+    assert grad.sharding.spec[0] == ("a", "b")
+    grad = np.asarray(grad)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(grad[0], _cofactor_adjugate(A[0]).T, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(y_dot, want_dot, rtol=1e-10, atol=1e-12)
+
 @pytest.mark.parametrize("A", [
     np.array([[1.0, 2.0], [2.0, 4.0 + 1e-9]]),
     np.array([[2.0, 1.0, 0.0], [1.0, 1.0, 1.0], [3.0, 2.0, 1.0 + 1e-7]]),
