@@ -25,7 +25,9 @@ concrete (eager `jax.grad`), the closure itself is the residual. Under a trace, 
 is traced in the forward pass into a jaxpr whose constants become the residuals; since the
 zero pattern of the output cotangent is only known in the backward pass, one jaxpr is traced
 per pattern (all patterns for up to 3 differentiable outputs; otherwise the dense one plus
-one per single output, any other pattern being served by the dense jaxpr with zeros).
+one per single output, any other pattern being served by the dense jaxpr with zeros). A
+pattern whose trace raises raises only if JAX hands it over, as `jax.custom_vjp` calls bwd
+with the pattern that occurs.
 """
 
 from __future__ import annotations
@@ -347,13 +349,22 @@ class _Residual:
             consts = self.consts[offset : offset + n]
             offset += n
             if entry_pattern == pattern:
-                return jax.tree_util.tree_unflatten(out_tree, jax.core.eval_jaxpr(jaxpr, consts, *gs))
+                return _evaluated(jaxpr, out_tree, consts, gs)
             if len(entry_pattern) == len(g_all):
                 dense = (jaxpr, out_tree, consts)
         assert dense is not None  # `bwd` runs only nonempty patterns, so the full one is tabled
         jaxpr, out_tree, consts = dense
         filled = [jnp.zeros(*meta) if g is None else g for g, meta in zip(g_all, self.out_meta)]
-        return jax.tree_util.tree_unflatten(out_tree, jax.core.eval_jaxpr(jaxpr, consts, *filled))
+        return _evaluated(jaxpr, out_tree, consts, filled)
+
+
+def _evaluated(jaxpr: Any, out_tree: Any, consts: Any, gs: list) -> Any:
+    """A tabled pullback at the cotangents `gs`; a pattern whose trace raised (`out_tree` is the
+    exception) raises now, when JAX hands it over: a pullback may reject a pattern that does
+    not occur (one that asserts on its input), as a `jax.custom_vjp`'s bwd may."""
+    if jaxpr is None:
+        raise out_tree
+    return jax.tree_util.tree_unflatten(out_tree, jax.core.eval_jaxpr(jaxpr, consts, *gs))
 
 
 jax.tree_util.register_pytree_node(
@@ -532,7 +543,11 @@ class _Lowered:
         for pattern in _patterns(len(out_diff)):
             leaf_pattern = tuple(out_diff[j] for j in pattern)
             avals = [out_avals[j] for j in pattern]
-            closed, out_shape = jax.make_jaxpr(lambda *gs, p=leaf_pattern: run(p, gs), return_shape=True)(*avals)
+            try:
+                closed, out_shape = jax.make_jaxpr(lambda *gs, p=leaf_pattern: run(p, gs), return_shape=True)(*avals)
+            except Exception as err:  # noqa: BLE001 - raised if this pattern occurs, as JAX would call bwd
+                table.append((leaf_pattern, None, err, 0))
+                continue
             table.append((leaf_pattern, closed.jaxpr, jax.tree_util.tree_structure(out_shape), len(closed.consts)))
             consts.extend(closed.consts)
         return y, _Residual(None, tuple(table), tuple(consts), tuple(out_diff), out_meta)

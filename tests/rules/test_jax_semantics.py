@@ -212,3 +212,40 @@ def test_a_rule_closing_over_a_vmap_tracer_differentiated_outside_raises_naming_
 
     fixed = jax.grad(lambda x: jnp.sum(jax.vmap(lambda a: p(x, a))(jnp.arange(3.0))))(0.5)
     np.testing.assert_allclose(fixed, 3 * np.cos(0.5), rtol=1e-6)
+
+
+# ----- a pullback that rejects a zero pattern that never occurs ---------------------------------
+def _first_only_pair():
+    """(sin x, cos x) whose derivative is implemented for the first output only: the pullback
+    raises if the second gets a cotangent; as a primitive and as JAX's custom_vjp."""
+    p = rules.primitive(lambda x: (jnp.sin(x), jnp.cos(x)), name="first_only")
+
+    @p.rrule
+    def first_only_rrule(x):
+        def first_only_pullback(y_bar):
+            if not isinstance(y_bar[1], rules.AbstractZero):
+                raise NotImplementedError("first_only: d/dx of the second output")
+            return NoTangent(), y_bar[0] * jnp.cos(x)
+
+        return (jnp.sin(x), jnp.cos(x)), first_only_pullback
+
+    cv = jax.custom_vjp(lambda x: (jnp.sin(x), jnp.cos(x)))
+
+    def cv_bwd(x, g):
+        if not isinstance(g[1], jax.custom_derivatives.SymbolicZero):
+            raise NotImplementedError("first_only: d/dx of the second output")
+        return (g[0] * jnp.cos(x),)
+
+    cv.defvjp(lambda x: ((jnp.sin(x.value), jnp.cos(x.value)), x.value), cv_bwd, symbolic_zeros=True)  # x: CustomVJPPrimal
+    return p, cv
+
+
+@pytest.mark.parametrize("wrap", [lambda f: f, jax.jit], ids=["eager", "jit"])
+def test_a_pullback_rejecting_a_pattern_that_does_not_occur_works_as_custom_vjp(wrap):
+    ours, theirs = _first_only_pair()
+    for f in (ours, theirs):
+        np.testing.assert_allclose(wrap(jax.grad(lambda x: f(x)[0]))(0.7), np.cos(0.7), rtol=1e-6)
+        np.testing.assert_allclose(wrap(jax.vmap(jax.grad(lambda x: f(x)[0])))(jnp.array([0.7, 0.2])),
+                                   np.cos([0.7, 0.2]), rtol=1e-6)
+        with pytest.raises(NotImplementedError, match="second output"):  # the pattern that does occur
+            wrap(jax.grad(lambda x: f(x)[1]))(0.7)
