@@ -223,8 +223,8 @@ def normalize(x: jax.Array, axis: int | tuple[int, ...] | None = None, p: Any = 
 
     See also: `norm`.
     """
-    axis, p, _ = _normalize_options(jnp.ndim(x), axis, p)
-    return _normalized(x, axis)[0] if _two(p) else _p_normalized(x, p, axis)[0]
+    axes, p, _ = _normalize_options(jnp.ndim(x), axis, p)
+    return _normalized(x, axes)[0] if _two(p) else _p_normalized(x, p, axes)[0]
 
 
 def _two(p: Any) -> bool:
