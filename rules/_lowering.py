@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
+from ._boundary import DIFF, STATIC, conj, leaf_kind
 from ._jax_compat import VALUE_DEPENDENT, concrete_value
 from ._errors import (
     ForwardModeError,
@@ -65,9 +66,8 @@ from . import _dual
 from ._jax_compat import pcast_varying as _pcast_varying
 from ._jax_compat import varying_axes as _varying_axes
 
-__all__ = ["call_lowered", "is_tracer", "bypass_in_own_rule", "conj_tree"]
+__all__ = ["call_lowered", "is_tracer", "bypass_in_own_rule"]
 
-DIFF, NONDIFF, STATIC = 0, 1, 2
 VJP, JVP, JVP_BY_TRANSPOSE, DUAL = "vjp", "jvp", "jvp by transposing the pullback", "dual"
 _Tracer = jax.core.Tracer
 _MAX_ALL_PATTERNS = 3
@@ -114,23 +114,6 @@ def _in_forward_mode(x: Any) -> bool:
 
 def is_tracer(x: Any) -> bool:
     return isinstance(x, _Tracer)
-
-
-def _kind(leaf: Any) -> int:
-    if isinstance(leaf, ArrayTypes):
-        return DIFF if jnp.issubdtype(leaf.dtype, jnp.inexact) else NONDIFF
-    if isinstance(leaf, (float, complex)):
-        return DIFF
-    return STATIC
-
-
-def _conj(x: Any) -> Any:
-    return jnp.conj(x) if jnp.iscomplexobj(x) else x
-
-
-def conj_tree(tree: Any) -> Any:
-    """Conjugate the complex leaves: the switch between JAX's and ChainRules' convention."""
-    return jax.tree_util.tree_map(_conj, tree)
 
 
 def _zero_tangent_of(leaf: Any) -> Any:
@@ -255,10 +238,7 @@ def call_lowered(prim: Any, args: tuple, kwargs: dict, leaves: list, treedef: An
     n_pos = treedef.children()[0].num_leaves
     # keyword arguments are never differentiated: arrays pass as dynamic non-differentiable
     # inputs, Python scalars are static (bound outside the rule, like `ord=np.inf`)
-    kinds = tuple(
-        _kind(leaf) if i < n_pos else (NONDIFF if isinstance(leaf, ArrayTypes) else STATIC)
-        for i, leaf in enumerate(leaves)
-    )
+    kinds = tuple(leaf_kind(leaf, keyword=i >= n_pos) for i, leaf in enumerate(leaves))
     statics = tuple(leaf if k == STATIC else None for leaf, k in zip(leaves, kinds))
     dyn = [leaf for leaf, k in zip(leaves, kinds) if k != STATIC]
     # reverse mode (and no differentiation) through the rrule; forward mode through the
@@ -529,7 +509,7 @@ class _Lowered:
             for i in out_diff:
                 y_bar_leaves[i] = ZeroTangent()
             for i, g in zip(pattern, gs):
-                y_bar_leaves[i] = _conj(g)
+                y_bar_leaves[i] = conj(g)
             y_bar = jax.tree_util.tree_unflatten(y_tree, y_bar_leaves)
             with _naming(f"(raised in the pullback of `{self.name}`)"):
                 cotangents = pullback(y_bar)
@@ -597,7 +577,7 @@ class _Lowered:
                 where = lambda i=i, k=flat - lo: (  # noqa: E731  (built only for an error)
                     f"the pullback of `{self.name}`, {describe_argument(i, _leaf_path(args[i], k), fn=self.prim)}"
                 )
-                out[d] = _conj(project_leaf(ct, dtype, shape, where))
+                out[d] = conj(project_leaf(ct, dtype, shape, where))
         return tuple(out)
 
     def _check_f_bar(self, f_bar: Any) -> None:

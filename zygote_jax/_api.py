@@ -12,6 +12,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from rules._boundary import conj
 
 from ._args import ArgSpec, to_zygote, with_int_retry
 from ._control import deriving
@@ -59,7 +60,7 @@ def _seed_leaf(y: Any, y_bar: Any, f: Callable) -> Any:
                 fix="seed with an array shaped like the output, e.g. `jnp.ones_like(y)`",
             )
         )
-    return jnp.conj(y_bar).astype(dtype) if jnp.iscomplexobj(y_bar) else y_bar.astype(dtype)
+    return conj(y_bar).astype(dtype)  # JAX's convention
 
 
 def _seed(y: Any, y_bar: Any, f: Callable) -> Any:

@@ -31,10 +31,11 @@ import jax.numpy as jnp
 import numpy as np
 
 import rules
+from rules._boundary import conj
 
 from ._errors import GradientError
 
-__all__ = ["ArgSpec", "with_int_retry", "conj_tree", "to_zygote", "is_diff_leaf"]
+__all__ = ["ArgSpec", "with_int_retry", "to_zygote", "is_diff_leaf"]
 
 T = TypeVar("T")
 DIFF, PROMOTED, PASS = 0, 1, 2
@@ -59,18 +60,13 @@ def is_diff_leaf(leaf: Any) -> bool:
     return _leaf_kind(leaf, ints_static=False) != PASS
 
 
-def conj_tree(tree: Any) -> Any:
-    """Conjugate the complex leaves of a pytree (the switch between JAX's and ChainRules' convention)."""
-    return jax.tree_util.tree_map(lambda x: jnp.conj(x) if jnp.iscomplexobj(x) else x, tree)
-
-
 def to_zygote(g: Any) -> Any:
     """A gradient leaf from JAX in Zygote's form: ChainRules' complex convention, not weakly typed.
 
     (JAX types the gradient of a Python number weakly; a gradient is data, so it gets the
     plain dtype, as `rules.ProjectTo` gives it.)
     """
-    g = jnp.conj(g) if jnp.iscomplexobj(g) else g
+    g = conj(g)
     return jax.lax.convert_element_type(g, g.dtype)
 
 

@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from rules import ignore_derivatives
+from rules._boundary import conj_tree
 
-from ._args import conj_tree
 from ._errors import GradientError, describe, message, name_of
 
 __all__ = ["dropgrad", "ignore_derivatives", "hook", "checkpointed", "isderiving", "deriving", "Buffer"]

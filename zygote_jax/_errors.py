@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import rules
+from rules._errors import format_message
 
 __all__ = ["GradientError", "AdjointWarning", "message", "describe", "name_of"]
 
@@ -52,9 +53,5 @@ def describe(x: Any) -> str:
 
 
 def message(what: str, *, expected: str | None = None, got: str | None = None, fix: str | None = None) -> str:
-    """Build an error message with the fixed sections in a fixed order."""
-    lines = [what]
-    for label, text in (("expected:", expected), ("got:     ", got), ("fix:     ", fix)):
-        if text is not None:
-            lines.append(f"  {label} {text}")
-    return "\n".join(lines)
+    """An error message in the rule system's shape (`rules.format_message`, the one builder)."""
+    return format_message(what, expected=expected, got=got, fix=fix)

@@ -41,10 +41,6 @@ def _tree_neg(a: PyTree) -> PyTree:
     return jax.tree_util.tree_map(jnp.negative, a)
 
 
-def _tree_conj(a: PyTree) -> PyTree:
-    return jax.tree_util.tree_map(jnp.conj, a)
-
-
 def _cast_like(tree: PyTree, like: PyTree) -> PyTree:
     return jax.tree_util.tree_map(lambda a, b: jnp.asarray(a, jnp.result_type(b)), tree, like)
 

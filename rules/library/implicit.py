@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from .._boundary import conj_tree
 from .._errors import format_message
 from .._primitive import primitive
 from .._projection import ProjectTo
@@ -65,7 +66,6 @@ from ._implicit_common import (
     _spd_matvec,
     _tol,
     _tree_add,
-    _tree_conj,
     _tree_neg,
     _tree_sub,
     _x0_cotangent,
@@ -465,7 +465,7 @@ def _linear_solve_adjoint(matvec, x, theta, x_bar, tol, method, symmetric, maxit
         adjoint_op = lambda v: _cast_like(matvec(v, theta), x)  # noqa: E731
     else:
         transpose = jax.linear_transpose(lambda v: _cast_like(matvec(v, theta), x), x)
-        adjoint_op = lambda v: _tree_conj(transpose(_tree_conj(v))[0])  # noqa: E731
+        adjoint_op = lambda v: conj_tree(transpose(conj_tree(v))[0])  # noqa: E731
     loop = _krylov_loop(method, x_bar, maxiter)
     u, info = _adjoint_solve(loop, adjoint_op, x_bar, _floor_tol(tol, x_bar), method == "cg", eager, report)
     _, matvec_pullback = rrule_via_ad(matvec, x, theta)

@@ -28,7 +28,8 @@ from .._primitive import Primitive, unwrap
 from .._projection import is_differentiable_leaf, tangent_dtype
 from .._registry import frule, function_name, rrule
 from .._via_ad import frule_via_ad, rrule_via_ad
-from .._lowering import _tangent_leaves, conj_tree, lowered_rules
+from .._boundary import conj, conj_tree
+from .._lowering import _tangent_leaves, lowered_rules
 from .._thunks import AbstractThunk, InplaceableThunk, Thunk, unthunk
 from .._zeros import AbstractZero, NoTangent, ZeroTangent
 from ._compiled import run as run_compiled
@@ -278,7 +279,7 @@ def _jax_seed(y_bar_dense: Any, y: Any) -> Any:
     def seed(yb, leaf):
         if not is_differentiable_leaf(leaf):
             return np.zeros(np.shape(leaf), jax.dtypes.float0)
-        return jnp.conj(yb) if jnp.iscomplexobj(leaf) else jnp.asarray(yb, jnp.result_type(leaf))
+        return conj(yb) if jnp.iscomplexobj(leaf) else jnp.asarray(yb, jnp.result_type(leaf))
 
     return jax.tree_util.tree_map(seed, y_bar_dense, y)
 
