@@ -7,7 +7,7 @@ what was expected, what was received, and how to fix it.
 from __future__ import annotations
 
 import inspect
-from typing import Any, overload
+from typing import Any, Literal, overload
 
 import jax
 
@@ -24,6 +24,7 @@ __all__ = [
     "LoweringContractError",
     "TracerClosureError",
     "format_message",
+    "naming",
 ]
 
 
@@ -136,3 +137,33 @@ class TracerClosureError(RuleError, jax.errors.UnexpectedTracerError):
 
     def __init__(self, message: str):
         Exception.__init__(self, message)  # JAX's own __init__ appends its general advice
+
+
+class naming:
+    """Add a note naming the rule to an exception raised by user code (rule, pullback, thunk).
+
+    A class, not a generator context manager: it runs on every eager differentiation.
+    """
+
+    __slots__ = ("what", "name")
+
+    def __init__(self, what: Any, name: str | None = None):
+        self.what, self.name = what, name
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, err, tb) -> Literal[False]:
+        if isinstance(err, jax.errors.UnexpectedTracerError) and self.name is not None and not isinstance(err, RuleError):
+            raise TracerClosureError(format_message(
+                f"the rrule of `{self.name}` (or its function) uses a tracer of another trace: a value "
+                "closed over from a JAX transformation that encloses the call but not its differentiation "
+                "(a jax.vmap inside jax.grad), or one kept from an earlier trace; the rule runs beneath "
+                "that transformation, as a jax.custom_vjp's fwd and bwd do, and cannot see its tracers",
+                got=str(err).splitlines()[0] if str(err) else type(err).__name__,
+                fix=f"pass the value to `{self.name}` as an argument instead of closing over it "
+                f"(rules.primitive(lambda x, a: ...)(x, a)), or define `{self.name}` outside the transformation",
+            )) from err
+        if isinstance(err, Exception) and not isinstance(err, RuleError):
+            err.add_note(self.what() if callable(self.what) else self.what)
+        return False

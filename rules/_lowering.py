@@ -1,20 +1,13 @@
 """The adapter: a primitive's rules lowered into JAX (`_dual`, `jax.custom_vjp`, `jax.custom_jvp`).
 
 A primitive with an rrule is, where JAX has the internals `_dual` uses, one JAX primitive
-that keeps its rules (`_dual.call`, mode DUAL); `_Lowered` below holds the rules and every
-conversion, and `_dual` routes JAX's requests to them. Elsewhere (and for an frule alone)
+that keeps its rules (`_dual.call`, mode DUAL); `_Lowered` below holds the rules of one
+argument signature and runs them, and `_dual` routes JAX's requests to them. Elsewhere (and for an frule alone)
 the rules become a `jax.custom_vjp` or `jax.custom_jvp`, the mode chosen when the
 primitive is called.
 
-Conversions happen in two places only:
-
-* to JAX (`_to_jax_cotangents`, `_to_jax_tangent`): `NoTangent`/`ZeroTangent` become None
-  (or zeros where JAX needs a value), thunks are unthunked only for perturbed inputs,
-  `Tangent`s become the primal's pytree, every leaf is projected onto its primal's dtype and
-  shape, and cotangents are conjugated into JAX's complex convention;
-* from JAX (`_from_jax_cotangent`, `_from_jax_tangents`): symbolic zeros become
-  `ZeroTangent()`, non-differentiable positions `NoTangent()`, cotangents are conjugated
-  into ChainRules' convention.
+Every conversion between ChainRules' conventions and JAX's (zeros, thunks, `Tangent`s,
+projection, the complex switch) is in `rules/_boundary.py`; this module runs the rules.
 
 An argument leaf is *differentiable* (an inexact array or a Python float/complex),
 *non-differentiable but dynamic* (an int/bool array, or any array given as a keyword), or
@@ -35,36 +28,37 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from itertools import combinations
-from typing import Any, Literal
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
-from ._boundary import DIFF, STATIC, conj, leaf_kind
+from ._boundary import (
+    DIFF,
+    STATIC,
+    frule_tangents,
+    leaf_kind,
+    pullback_seed,
+    to_jax_cotangents,
+    to_jax_tangent,
+    zero_tangent_of,
+)
 from ._jax_compat import VALUE_DEPENDENT, concrete_value
 from ._errors import (
     ForwardModeError,
-    PullbackError,
     RuleDefinitionError,
     RuleError,
     StaticArgumentError,
-    TangentStructureError,
-    TracerClosureError,
     describe_argument,
     format_message,
     parameter_name,
 )
-from ._notimplemented import NotImplementedTangent
-from ._projection import ArrayTypes, project_leaf
+from ._errors import naming as _naming
+from ._projection import ArrayTypes
 from ._registry import check_frule_result, check_rrule_result, frule, function_name, note_traced, rrule
-from ._tangent import Tangent, children_with_names
-from ._thunks import unthunk
-from ._zeros import AbstractZero, NoTangent, ZeroTangent
 from . import _dual
-from ._jax_compat import pcast_varying as _pcast_varying
-from ._jax_compat import varying_axes as _varying_axes
 
 __all__ = ["call_lowered", "is_tracer", "bypass_in_own_rule"]
 
@@ -116,18 +110,6 @@ def is_tracer(x: Any) -> bool:
     return isinstance(x, _Tracer)
 
 
-def _zero_tangent_of(leaf: Any) -> Any:
-    """The zero tangent of an output leaf, with its varying mesh axes under `shard_map`."""
-    shape, dtype = np.shape(leaf), jnp.result_type(leaf)
-    if not jnp.issubdtype(dtype, jnp.inexact):
-        if _varying_axes(leaf):  # float0 carries no varying axes: JAX makes the zero of the type
-            return SymbolicZero(jax.typeof(leaf).to_tangent_aval())
-        return np.zeros(shape, jax.dtypes.float0)
-    zero = jnp.zeros(shape, dtype)
-    axes = _varying_axes(leaf)
-    return _pcast_varying(zero, axes) if axes else zero
-
-
 def _static_key(leaf: Any) -> Any:
     """The cache key of a static argument: values that compare equal but act differently differ.
 
@@ -170,36 +152,6 @@ def _is_shard_map_only(leaves: list) -> bool:
     return bool(bases) and all(type(t).__name__ == "ShardMapTracer" for t in bases)
 
 
-class _naming:
-    """Add a note naming the rule to an exception raised by user code (rule, pullback, thunk).
-
-    A class, not a generator context manager: it runs on every eager differentiation.
-    """
-
-    __slots__ = ("what", "name")
-
-    def __init__(self, what: Any, name: str | None = None):
-        self.what, self.name = what, name
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind, err, tb) -> Literal[False]:
-        if isinstance(err, jax.errors.UnexpectedTracerError) and self.name is not None and not isinstance(err, RuleError):
-            raise TracerClosureError(format_message(
-                f"the rrule of `{self.name}` (or its function) uses a tracer of another trace: a value "
-                "closed over from a JAX transformation that encloses the call but not its differentiation "
-                "(a jax.vmap inside jax.grad), or one kept from an earlier trace; the rule runs beneath "
-                "that transformation, as a jax.custom_vjp's fwd and bwd do, and cannot see its tracers",
-                got=str(err).splitlines()[0] if str(err) else type(err).__name__,
-                fix=f"pass the value to `{self.name}` as an argument instead of closing over it "
-                f"(rules.primitive(lambda x, a: ...)(x, a)), or define `{self.name}` outside the transformation",
-            )) from err
-        if isinstance(err, Exception) and not isinstance(err, RuleError):
-            err.add_note(self.what() if callable(self.what) else self.what)
-        return False
-
-
 _OUTPUT_TYPES = (*ArrayTypes, int, float, complex, bool, np.generic)
 
 
@@ -218,10 +170,6 @@ def _check_output_leaves(name: str, y: Any, source: str) -> None:
                     "in a wrapper around it",
                 )
             )
-
-
-def _path_text(path: tuple) -> str:
-    return "".join(f".{p}" if isinstance(p, str) and p.isidentifier() else f"[{p!r}]" for p in path)
 
 
 # ----- entry point ----------------------------------------------------------------------------
@@ -505,15 +453,10 @@ class _Lowered:
         metas = [(np.shape(v), jnp.result_type(v)) for v in values]
 
         def run(pattern, gs):
-            y_bar_leaves = [NoTangent()] * len(y_leaves)
-            for i in out_diff:
-                y_bar_leaves[i] = ZeroTangent()
-            for i, g in zip(pattern, gs):
-                y_bar_leaves[i] = conj(g)
-            y_bar = jax.tree_util.tree_unflatten(y_tree, y_bar_leaves)
+            y_bar = pullback_seed(y_leaves, y_tree, out_diff, pattern, gs)
             with _naming(f"(raised in the pullback of `{self.name}`)"):
                 cotangents = pullback(y_bar)
-            return self._to_jax_cotangents(cotangents, args, perturbed, metas)
+            return to_jax_cotangents(self, cotangents, args, perturbed, metas)
 
         out_meta = tuple((np.shape(y_leaves[i]), jnp.result_type(y_leaves[i])) for i in out_diff)
         out_avals = [jax.typeof(y_leaves[i]) for i in out_diff]  # keeps shard_map's varying axes
@@ -540,87 +483,16 @@ class _Lowered:
             return (None,) * len(self.dyn_index)
         return residual.run(pattern, [gi for gi in g_all if gi is not None], g_all)
 
-    def _to_jax_cotangents(self, cotangents, args, perturbed, metas) -> tuple:
-        if not isinstance(cotangents, tuple):
-            raise PullbackError(
-                format_message(
-                    f"the pullback of `{self.name}` must return a tuple (f_bar, x1_bar, ..., xn_bar)",
-                    expected=f"a tuple of {1 + self.nargs} cotangents",
-                    got=f"{type(cotangents).__name__}",
-                    fix="return (NoTangent(), x_bar, ...): one entry for the function, then one per argument",
-                )
-            )
-        if len(cotangents) != 1 + self.nargs:
-            raise PullbackError(
-                format_message(
-                    f"the pullback of `{self.name}` returned the wrong number of cotangents",
-                    expected=f"{1 + self.nargs} (f_bar first, then one per positional argument)",
-                    got=f"{len(cotangents)}",
-                    fix="return (NoTangent(), x1_bar, ..., xn_bar); use NoTangent() for arguments "
-                    "that cannot be perturbed",
-                )
-            )
-        self._check_f_bar(cotangents[0])
-        out: list[Any] = [None] * len(self.dyn_index)
-        for i, (lo, hi) in enumerate(self.arg_ranges):
-            want = [self.kinds[f] == DIFF and perturbed[self.dyn_pos[f]] for f in range(lo, hi)]
-            if not any(want):
-                continue  # never evaluate the thunk of an input that is not differentiated
-            with _naming(lambda i=i: f"(raised evaluating the cotangent of `{self.name}`'s "
-                         f"{describe_argument(i, fn=self.prim)}: a thunk of its pullback)"):
-                leaf_cts = _tangent_leaves(cotangents[1 + i], args[i], want, self.name, i, (), self.prim)
-            for flat, ct in zip(range(lo, hi), leaf_cts):
-                if ct is None or isinstance(ct, AbstractZero):
-                    continue
-                d = self.dyn_pos[flat]
-                shape, dtype = metas[d]
-                where = lambda i=i, k=flat - lo: (  # noqa: E731  (built only for an error)
-                    f"the pullback of `{self.name}`, {describe_argument(i, _leaf_path(args[i], k), fn=self.prim)}"
-                )
-                out[d] = conj(project_leaf(ct, dtype, shape, where))
-        return tuple(out)
-
-    def _check_f_bar(self, f_bar: Any) -> None:
-        """The function's own cotangent (slot 0) must be zero: the lowering has no place for it."""
-        if f_bar is None or isinstance(f_bar, AbstractZero):
-            return
-        with _naming(f"(raised evaluating f_bar, the first item returned by the pullback of `{self.name}`)"):
-            f_bar = unthunk(f_bar)
-        if f_bar is None or isinstance(f_bar, AbstractZero):
-            return
-        got = f"an array of shape {np.shape(f_bar)}" if isinstance(f_bar, ArrayTypes) else type(f_bar).__name__
-        raise PullbackError(
-            format_message(
-                f"the pullback of `{self.name}` returned a cotangent for the function itself (f_bar, "
-                "the first item), which JAX would drop",
-                expected=f"NoTangent() first, then one cotangent per argument: (NoTangent(), {self._slots('_bar')})",
-                got=got,
-                fix="put NoTangent() first (is the order of the cotangents swapped?); to differentiate "
-                "arrays the function closes over, pass them as arguments",
-            )
-        )
-
     # ----- forward mode: jax.custom_jvp ---------------------------------------------------
     def jvp(self, primals, tangents):
         self._check_keywords_not_differentiated(tangents)
         args, kwargs = self.rebuild(primals)
-        leaf_tangents: list[Any] = [NoTangent()] * len(self.kinds)
-        for flat, t in zip(self.dyn_index, tangents):
-            if self.kinds[flat] == DIFF:
-                leaf_tangents[flat] = ZeroTangent() if isinstance(t, SymbolicZero) else t
-        arg_tangents = []
-        for (lo, hi), sub in zip(self.arg_ranges, self.arg_treedefs):
-            ts = leaf_tangents[lo:hi]
-            if all(isinstance(t, AbstractZero) for t in ts):
-                has_diff = any(self.kinds[f] == DIFF for f in range(lo, hi))
-                arg_tangents.append(ZeroTangent() if has_diff else NoTangent())
-            else:
-                arg_tangents.append(jax.tree_util.tree_unflatten(sub, ts))
+        arg_tangents = frule_tangents(self, tangents)
         # No "own rule" mark here: custom_jvp recursion ends by itself (each level peels off one
         # tangent), and an frule calling its own primitive keeps its derivative differentiable.
         with _naming(lambda: self._frule_note(args)):
             try:
-                y, y_dot = check_frule_result(self.prim, self.fr((NoTangent(), *arg_tangents), *args, **kwargs))
+                y, y_dot = check_frule_result(self.prim, self.fr(arg_tangents, *args, **kwargs))
             except ValueError as err:
                 if "unpack" not in str(err):
                     raise
@@ -633,7 +505,7 @@ class _Lowered:
                     )
                 ) from err
         self.check_rule_primal("frule", list(primals), y)
-        return y, self._to_jax_tangent(y_dot, y)
+        return y, to_jax_tangent(self, y_dot, y)
 
     def jvp_by_transpose(self, primals, tangents):
         """Forward mode from an rrule alone (the `jax.custom_jvp` fallback): its forward pass,
@@ -647,7 +519,7 @@ class _Lowered:
         moved = [d for d, p in enumerate(perturbed) if p]
         in_avals = [jax.typeof(v) for v in primals]
         y_dots = self.transposed_pullback(residual, in_avals, [jax.typeof(v) for v in y_leaves], moved, [tangents[d] for d in moved])
-        out = [_zero_tangent_of(leaf) for leaf in y_leaves]
+        out = [zero_tangent_of(leaf) for leaf in y_leaves]
         for i, y_dot in zip(residual.out_diff, y_dots):
             out[i] = y_dot
         return y, jax.tree_util.tree_unflatten(y_tree, out)
@@ -708,111 +580,3 @@ class _Lowered:
 
     def _frule_note(self, args) -> str:
         return f"(raised in the frule of `{self.name}`, called with {1 + len(args)} tangents (f_dot, x1_dot, ...))"
-
-    def _to_jax_tangent(self, y_dot, y):
-        y_leaves, y_tree = jax.tree_util.tree_flatten(y)
-        leaf_ts = _tangent_leaves(y_dot, y, [True] * len(y_leaves), self.name, "output", (), self.prim)
-        out = []
-        for k, (leaf, t) in enumerate(zip(y_leaves, leaf_ts)):
-            shape, dtype = np.shape(leaf), jnp.result_type(leaf)
-            if (t is None or isinstance(t, AbstractZero)) and jnp.issubdtype(dtype, jnp.inexact):
-                out.append(SymbolicZero(jax.typeof(leaf).to_tangent_aval()))  # stays symbolic for the next rule
-            elif t is None or isinstance(t, AbstractZero) or not jnp.issubdtype(dtype, jnp.inexact):
-                out.append(_zero_tangent_of(leaf))
-            else:
-                where = lambda k=k: f"the frule of `{self.name}`, {describe_argument('output', _leaf_path(y, k))}"  # noqa: E731
-                out.append(project_leaf(t, dtype, shape, where))
-        return jax.tree_util.tree_unflatten(y_tree, out)
-
-
-# ----- structural tangents -> leaves ----------------------------------------------------------
-def _describe_tangent(ct: Any) -> str:
-    return f"an array of shape {np.shape(ct)}" if isinstance(ct, ArrayTypes) else type(ct).__name__
-
-
-def _tangent_template(primal: Any, names: list) -> str:
-    """`Tangent(Linear, w=..., b=...)`: the tangent a rule returns for `primal`."""
-    kind = type(primal).__name__
-    if isinstance(primal, tuple) and not hasattr(primal, "_fields"):
-        return f"Tangent(tuple, {', '.join('...' for _ in names)})"
-    if isinstance(primal, dict):
-        return f"Tangent(dict, {{{', '.join(f'{k!r}: ...' for k in names)}}})"
-    if all(isinstance(k, str) and k.isidentifier() for k in names):
-        return f"Tangent({kind}, {', '.join(f'{k}=...' for k in names)})"
-    return f"Tangent({kind}, ...)"
-
-
-
-def _leaf_path(tree: Any, k: int) -> str:
-    paths = jax.tree_util.tree_flatten_with_path(tree)[0]
-    return jax.tree_util.keystr(paths[k][0]) if len(paths) > 1 or paths[0][0] else ""
-
-
-def _jax_children(primal: Any):
-    """JAX's one-level split of a pytree node, or None for a leaf."""
-    if jax.tree_util.all_leaves([primal]):
-        return None
-    return children_with_names(primal)
-
-
-def _tangent_leaves(ct: Any, primal: Any, want: list[bool], name: str, index: Any, path: tuple, fn: Any = None) -> list:
-    """The tangent `ct` of `primal`, as one entry per leaf of `primal` (None where not wanted)."""
-    n = len(want)
-    if not any(want):
-        return [None] * n
-    ct = unthunk(ct)
-    if isinstance(ct, AbstractZero):
-        return [None] * n
-    if isinstance(ct, NotImplementedTangent):
-        err = ct.error(f"as the cotangent of `{name}` {describe_argument(index, _path_text(path), fn=fn)}")
-        raise err
-    if primal is None:
-        return []
-    split = _jax_children(primal)
-    if split is None:
-        if isinstance(ct, Tangent) or not isinstance(ct, (*ArrayTypes, int, float, complex)):
-            raise TangentStructureError(
-                format_message(
-                    f"`{name}`: a rule returned a structured tangent for an array",
-                    argument=describe_argument(index, _path_text(path), fn=fn),
-                    expected=f"an array of shape {np.shape(primal)}",
-                    got=f"{type(ct).__name__}",
-                    fix="return an array (or ZeroTangent()) for array arguments",
-                )
-            )
-        return [ct]
-    pairs, _ = split
-    names = [k for k, _ in pairs]
-    if isinstance(ct, Tangent):
-        lookup = dict(ct.items()) if isinstance(ct._backing, tuple) else dict(ct._backing)
-    else:
-        ct_split = _jax_children(ct) if type(ct) is type(primal) else None
-        if ct_split is None or [k for k, _ in ct_split[0]] != names:
-            raise TangentStructureError(
-                format_message(
-                    f"`{name}`: the tangent's structure does not match the primal's",
-                    argument=describe_argument(index, _path_text(path), fn=fn),
-                    expected=f"a Tangent or a {type(primal).__name__} with fields {names}",
-                    got=_describe_tangent(ct) + (f" with fields {[k for k, _ in ct_split[0]]}" if ct_split else ""),
-                    fix=f"return {_tangent_template(primal, names)}, one tangent per field (or ZeroTangent())",
-                )
-            )
-        lookup = dict(ct_split[0])
-    unknown = [k for k in lookup if k not in names]
-    if unknown:
-        raise TangentStructureError(
-            format_message(
-                f"`{name}`: the Tangent has fields the primal lacks",
-                argument=describe_argument(index, _path_text(path), fn=fn),
-                expected=f"fields among {names}",
-                got=f"{list(lookup)}",
-                fix=f"build the Tangent with the field names of {type(primal).__name__}",
-            )
-        )
-    out: list = []
-    offset = 0
-    for key, child in pairs:
-        m = jax.tree_util.tree_structure(child).num_leaves
-        out += _tangent_leaves(lookup.get(key, ZeroTangent()), child, want[offset : offset + m], name, index, (*path, key), fn)
-        offset += m
-    return out

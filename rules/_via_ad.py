@@ -11,8 +11,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ._boundary import conj_tree
-from ._lowering import _tangent_leaves
+from ._boundary import _tangent_leaves, conj_tree
 from ._projection import is_differentiable_leaf
 from ._registry import frule, rrule
 from ._tangent import Tangent

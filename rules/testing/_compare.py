@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._lowering import _jax_children, _tangent_leaves
+from .._boundary import _jax_children, _tangent_leaves
 from .._notimplemented import NotImplementedTangent
 from .._projection import is_differentiable_leaf
 from .._tangent import Tangent

@@ -28,8 +28,8 @@ from .._primitive import Primitive, unwrap
 from .._projection import is_differentiable_leaf, tangent_dtype
 from .._registry import frule, function_name, rrule
 from .._via_ad import frule_via_ad, rrule_via_ad
-from .._boundary import conj, conj_tree
-from .._lowering import _tangent_leaves, lowered_rules
+from .._boundary import _tangent_leaves, conj, conj_tree
+from .._lowering import lowered_rules
 from .._thunks import AbstractThunk, InplaceableThunk, Thunk, unthunk
 from .._zeros import AbstractZero, NoTangent, ZeroTangent
 from ._compiled import run as run_compiled
