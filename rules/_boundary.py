@@ -16,7 +16,7 @@ function both ways; tangents are the same on both sides.
 
 Leaves: which pytree leaves are differentiated is `is_differentiable_leaf` (inexact arrays,
 Python floats and complex numbers), and `leaf_kind` sorts a primitive's argument leaves by
-it.
+it; `filled` / `rebuilt` put the part that varies back among the rest.
 """
 
 from __future__ import annotations
@@ -37,11 +37,26 @@ from ._tangent import Tangent, children_with_names
 from ._thunks import unthunk
 from ._zeros import AbstractZero, NoTangent, ZeroTangent
 
-__all__ = ["conj", "conj_tree", "leaf_kind", "is_differentiable_leaf", "DIFF", "NONDIFF", "STATIC"]
+__all__ = ["conj", "conj_tree", "leaf_kind", "is_differentiable_leaf", "filled", "rebuilt", "DIFF", "NONDIFF", "STATIC"]
 
 # a primitive argument leaf is differentiated, dynamic but not differentiated (int and bool
 # arrays; any array given as a keyword) or static (part of the lowering's cache key)
 DIFF, NONDIFF, STATIC = 0, 1, 2
+
+
+def filled(leaves: Any, index: Any, values: Any) -> list:
+    """A list of `leaves` with `values` at the positions `index`: the one rebuild of a pytree's leaves
+    from the part that varies (the lowering's dynamic leaves, zygote_jax's differentiated
+    ones, a compiled check's arrays) and the rest."""
+    out = list(leaves)
+    for k, v in zip(index, values):
+        out[k] = v
+    return out
+
+
+def rebuilt(treedef: Any, leaves: Any, index: Any, values: Any) -> Any:
+    """The pytree `treedef` of `filled(leaves, index, values)`."""
+    return jax.tree_util.tree_unflatten(treedef, filled(leaves, index, values))
 
 
 def conj(x: Any) -> Any:

@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
+from ._boundary import filled
 from ._errors import ForwardModeError, LoweringContractError, format_message
 from ._jax_compat import VALUE_DEPENDENT
 from ._jax_compat import (
@@ -186,9 +187,7 @@ if DUAL is not None:
             args = [*primals, *res_leaves, *[tangents[i] for i in moved]]
             if self.lowered.fr is None and _strict_forward.get() and not linearizing:
                 jax.eval_shape(lambda *a: tuple(lin.expand_flat(list(a))), *args)  # raises ForwardModeError
-            for i, t in zip(diff, lin(*args)):
-                out_dot[i] = t
-            return y_leaves, out_dot
+            return y_leaves, filled(out_dot, diff, lin(*args))
 
         def linearize_flat(self, is_vjp, nzs, primals):
             """JAX's linearization rule, where this JAX has one we know (`_call_linearize`): what
@@ -257,9 +256,7 @@ if DUAL is not None:
             primals, residual, ts = self._split(args)
             if self.lowered.fr is None:
                 return self.lowered.transposed_pullback(residual, self.call.in_avals, self.call.out_aval, self.moved, ts)
-            tangents: list[Any] = [SymbolicZero(_tangent_aval(a)) for a in self.call.in_avals]
-            for i, t in zip(self.moved, ts):
-                tangents[i] = t
+            tangents = filled([SymbolicZero(_tangent_aval(a)) for a in self.call.in_avals], self.moved, ts)
             y, y_dot = self.lowered.jvp(primals, tangents)
             leaves = jax.tree_util.tree_leaves(y_dot, is_leaf=lambda t: isinstance(t, SymbolicZero))
             return [  # a symbolic zero (an frule's ZeroTangent) made an array: this op's outputs are values

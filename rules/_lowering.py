@@ -40,7 +40,9 @@ from ._boundary import (
     STATIC,
     frule_tangents,
     leaf_kind,
+    filled,
     pullback_seed,
+    rebuilt,
     to_jax_cotangents,
     to_jax_tangent,
     zero_tangent_of,
@@ -354,10 +356,7 @@ class _Lowered:
         self.fn = fn
 
     def rebuild(self, dyn_values) -> tuple[tuple, dict]:
-        leaves = list(self.statics)
-        for flat, value in zip(self.dyn_index, dyn_values):
-            leaves[flat] = value
-        return jax.tree_util.tree_unflatten(self.treedef, leaves)
+        return rebuilt(self.treedef, list(self.statics), self.dyn_index, dyn_values)
 
     def primal(self, *dyn):
         args, kwargs = self.rebuild(dyn)
@@ -519,10 +518,7 @@ class _Lowered:
         moved = [d for d, p in enumerate(perturbed) if p]
         in_avals = [jax.typeof(v) for v in primals]
         y_dots = self.transposed_pullback(residual, in_avals, [jax.typeof(v) for v in y_leaves], moved, [tangents[d] for d in moved])
-        out = [zero_tangent_of(leaf) for leaf in y_leaves]
-        for i, y_dot in zip(residual.out_diff, y_dots):
-            out[i] = y_dot
-        return y, jax.tree_util.tree_unflatten(y_tree, out)
+        return y, rebuilt(y_tree, [zero_tangent_of(leaf) for leaf in y_leaves], residual.out_diff, y_dots)
 
     def transposed_pullback(self, residual, in_avals, out_avals, moved, ts) -> list:
         """The pushforward of an rrule alone: its pullback transposed, applied to the tangents
@@ -534,10 +530,7 @@ class _Lowered:
         diff = residual.out_diff
 
         def pullback_in_jax_convention(*gs):
-            g: list[Any] = [SymbolicZero(a.to_tangent_aval()) for a in out_avals]
-            for i, gi in zip(diff, gs):
-                g[i] = gi
-            x_bars = self.bwd(residual, g)
+            x_bars = self.bwd(residual, filled([SymbolicZero(a.to_tangent_aval()) for a in out_avals], diff, gs))
             return tuple(jnp.zeros(in_avals[d].shape, in_avals[d].dtype) if x_bars[d] is None else x_bars[d] for d in moved)
 
         seeds = [jax.ShapeDtypeStruct(out_avals[i].shape, out_avals[i].dtype) for i in diff]

@@ -11,7 +11,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ._boundary import _tangent_leaves, conj_tree
+from ._boundary import _tangent_leaves, conj_tree, rebuilt
 from ._projection import is_differentiable_leaf
 from ._registry import frule, rrule
 from ._tangent import Tangent
@@ -69,9 +69,7 @@ def rrule_via_ad(f: Any, *args: Any, **kwargs: Any):
     diff_leaves = [leaf for leaf, d in zip(leaves, diff) if d]
 
     def f_of_diff(*dl):
-        it = iter(dl)
-        full = [next(it) if d else leaf for leaf, d in zip(leaves, diff)]
-        return f(*jax.tree_util.tree_unflatten(treedef, full), **kwargs)
+        return f(*rebuilt(treedef, leaves, [k for k, d in enumerate(diff) if d], dl), **kwargs)
 
     y, vjp_fn = jax.vjp(f_of_diff, *diff_leaves)
 
@@ -123,8 +121,6 @@ def frule_via_ad(tangents: tuple, f: Any, *args: Any, **kwargs: Any):
     ]
 
     def f_of_diff(*dl):
-        it = iter(dl)
-        full = [next(it) if d else leaf for leaf, d in zip(leaves, diff)]
-        return f(*jax.tree_util.tree_unflatten(treedef, full), **kwargs)
+        return f(*rebuilt(treedef, leaves, [k for k, d in enumerate(diff) if d], dl), **kwargs)
 
     return jax.jvp(f_of_diff, tuple(diff_leaves), tuple(diff_tangents))

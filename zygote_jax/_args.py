@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import rules
-from rules._boundary import conj
+from rules._boundary import conj, rebuilt
 
 from ._errors import GradientError
 
@@ -91,10 +91,7 @@ class ArgSpec:
         self.arg_ranges = list(zip(np.cumsum([0] + counts[:-1]).tolist(), np.cumsum(counts).tolist()))
 
     def rebuild(self, diff_values: Any) -> tuple:
-        leaves = list(self.leaves)
-        for i, v in zip(self.diff_index, diff_values):
-            leaves[i] = v
-        return jax.tree_util.tree_unflatten(self.treedef, leaves)
+        return rebuilt(self.treedef, self.leaves, self.diff_index, diff_values)
 
     def bind(self, f: Callable) -> Callable:
         def f_of_diff_leaves(*diff_values):

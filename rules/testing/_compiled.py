@@ -24,6 +24,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from .._boundary import rebuilt
 from .._lowering import _aux_key
 
 __all__ = ["jit", "run"]
@@ -90,10 +91,7 @@ class _Traced:
         self.kept: list[Any] = []
 
     def __call__(self, *dynamic: Any) -> list:
-        full = list(self.leaves)
-        for k, d in zip(self.where, dynamic):
-            full[k] = d
-        out = self.body(*jax.tree_util.tree_unflatten(self.treedef, full))
+        out = self.body(*rebuilt(self.treedef, self.leaves, self.where, dynamic))
         out_leaves, self.out_tree = jax.tree_util.tree_flatten(out)
         self.is_traced = [isinstance(leaf, jax.core.Tracer) for leaf in out_leaves]
         self.kept = [None if t else leaf for leaf, t in zip(out_leaves, self.is_traced)]

@@ -28,7 +28,7 @@ from .._primitive import Primitive, unwrap
 from .._projection import is_differentiable_leaf, tangent_dtype
 from .._registry import frule, function_name, rrule
 from .._via_ad import frule_via_ad, rrule_via_ad
-from .._boundary import _tangent_leaves, conj, conj_tree
+from .._boundary import _tangent_leaves, conj, conj_tree, filled
 from .._lowering import lowered_rules
 from .._thunks import AbstractThunk, InplaceableThunk, Thunk, unthunk
 from .._zeros import AbstractZero, NoTangent, ZeroTangent
@@ -974,10 +974,7 @@ def _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, 
 
 def _call_merged(prim: Any, index: tuple, full: tuple, fkwargs: dict, *dargs: Any) -> Any:
     """`prim(*full, **fkwargs)` with the arguments at `index` replaced by `dargs`."""
-    merged = list(full)
-    for i, d in zip(index, dargs):
-        merged[i] = d
-    return prim(*merged, **fkwargs)
+    return prim(*filled(full, index, dargs), **fkwargs)
 
 
 def _lowered_vjp(prim, index, full, fkwargs, dargs, y_bar):
