@@ -27,11 +27,10 @@ from __future__ import annotations
 from typing import Any, Callable, TypeVar
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 import rules
-from rules._boundary import conj, rebuilt
+from rules._boundary import conj, is_differentiable_leaf, rebuilt
 
 from ._errors import GradientError
 
@@ -39,7 +38,6 @@ __all__ = ["ArgSpec", "with_int_retry", "to_zygote", "is_diff_leaf"]
 
 T = TypeVar("T")
 DIFF, PROMOTED, PASS = 0, 1, 2
-_ArrayTypes = (jax.Array, np.ndarray)
 _RETRY_ERRORS = (TypeError, IndexError)
 
 
@@ -48,11 +46,7 @@ def _leaf_kind(leaf: Any, ints_static: bool) -> int:
         return PASS
     if isinstance(leaf, (int, np.integer)):
         return PASS if ints_static else PROMOTED
-    if isinstance(leaf, (float, complex, np.inexact)):
-        return DIFF
-    if isinstance(leaf, _ArrayTypes):
-        return DIFF if jnp.issubdtype(leaf.dtype, jnp.inexact) else PASS
-    return PASS
+    return DIFF if is_differentiable_leaf(leaf) else PASS  # the rule system's: inexact arrays, floats
 
 
 def is_diff_leaf(leaf: Any) -> bool:
