@@ -29,6 +29,7 @@ import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
 from ._errors import PullbackError, TangentStructureError, describe_argument, format_message, naming
+from ._jax_compat import DUAL
 from ._jax_compat import pcast_varying as _pcast_varying
 from ._jax_compat import varying_axes as _varying_axes
 from ._notimplemented import NotImplementedTangent
@@ -42,6 +43,15 @@ __all__ = ["conj", "conj_tree", "leaf_kind", "is_differentiable_leaf", "filled",
 # a primitive argument leaf is differentiated, dynamic but not differentiated (int and bool
 # arrays; any array given as a keyword) or static (part of the lowering's cache key)
 DIFF, NONDIFF, STATIC = 0, 1, 2
+
+
+_JAX_ZEROS: tuple = (SymbolicZero,) if DUAL is None else (SymbolicZero, DUAL.Zero)
+
+
+def is_jax_zero(x: Any) -> bool:
+    """Whether a cotangent or tangent is one of JAX's symbolic zeros (`SymbolicZero`, which a
+    `jax.custom_vjp` gets, or the `Zero` JAX's own rules get): JAX's zero, at the edge."""
+    return isinstance(x, _JAX_ZEROS)
 
 
 def filled(leaves: Any, index: Any, values: Any) -> list:

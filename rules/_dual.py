@@ -393,9 +393,9 @@ if DUAL is not None:
         return [next(it) if _inexact(a) else _Zero(_tangent_aval(a)) for a in out_avals]
 
     def _pullback(lowered, residual, out_avals, cts) -> list:
-        """`lowered`'s pullback of JAX's output cotangents (zeros symbolic), one per input."""
-        g = [SymbolicZero(_tangent_aval(a)) if _is_zero(ct) else ct for a, ct in zip(out_avals, cts)]
-        return list(lowered.bwd(residual, g))
+        """`lowered`'s pullback of JAX's output cotangents (JAX's zeros, as JAX gives them), one
+        per input."""
+        return list(lowered.bwd(residual, list(cts)))
 
     def _dense(t: Any, like: Any) -> Any:
         """`t`, or for a symbolic zero the zero tangent of the output `like`, with its varying axes."""

@@ -39,6 +39,7 @@ from ._boundary import (
     DIFF,
     STATIC,
     frule_tangents,
+    is_jax_zero,
     leaf_kind,
     filled,
     pullback_seed,
@@ -284,8 +285,8 @@ class _Residual:
                 dense = (jaxpr, out_tree, consts)
         assert dense is not None  # `bwd` runs only nonempty patterns, so the full one is tabled
         jaxpr, out_tree, consts = dense
-        filled = [jnp.zeros(*meta) if g is None else g for g, meta in zip(g_all, self.out_meta)]
-        return _evaluated(jaxpr, out_tree, consts, filled)
+        dense_gs = [jnp.zeros(*meta) if is_jax_zero(g) else g for g, meta in zip(g_all, self.out_meta)]
+        return _evaluated(jaxpr, out_tree, consts, dense_gs)
 
 
 def _evaluated(jaxpr: Any, out_tree: Any, consts: Any, gs: list) -> Any:
@@ -475,12 +476,12 @@ class _Lowered:
         return y, _Residual(None, tuple(table), tuple(consts), tuple(out_diff), out_meta)
 
     def bwd(self, residual, g):
-        g_leaves = jax.tree_util.tree_leaves(g, is_leaf=lambda x: isinstance(x, SymbolicZero))
-        g_all = [None if isinstance(g_leaves[i], SymbolicZero) else g_leaves[i] for i in residual.out_diff]
-        pattern = tuple(i for i, gi in zip(residual.out_diff, g_all) if gi is not None)
+        g_leaves = jax.tree_util.tree_leaves(g, is_leaf=is_jax_zero)
+        g_all = [g_leaves[i] for i in residual.out_diff]  # JAX's zeros stay JAX's (`pullback_seed`)
+        pattern = tuple(i for i, gi in zip(residual.out_diff, g_all) if not is_jax_zero(gi))
         if not pattern:
             return (None,) * len(self.dyn_index)
-        return residual.run(pattern, [gi for gi in g_all if gi is not None], g_all)
+        return residual.run(pattern, [gi for gi in g_all if not is_jax_zero(gi)], g_all)
 
     # ----- forward mode: jax.custom_jvp ---------------------------------------------------
     def jvp(self, primals, tangents):
