@@ -38,7 +38,11 @@ from ._tangent import Tangent, children_with_names
 from ._thunks import unthunk
 from ._zeros import AbstractZero, NoTangent, ZeroTangent
 
-__all__ = ["conj", "conj_tree", "leaf_kind", "is_differentiable_leaf", "filled", "rebuilt", "DIFF", "NONDIFF", "STATIC"]
+__all__ = [
+    "conj", "conj_tree", "leaf_kind", "is_differentiable_leaf", "is_jax_zero", "filled", "rebuilt",
+    "pullback_seed", "frule_tangents", "to_jax_cotangents", "check_f_bar", "to_jax_tangent", "zero_tangent_of",
+    "DIFF", "NONDIFF", "STATIC",
+]
 
 # a primitive argument leaf is differentiated, dynamic but not differentiated (int and bool
 # arrays; any array given as a keyword) or static (part of the lowering's cache key)
@@ -175,6 +179,7 @@ def to_jax_cotangents(sig: Any, cotangents: Any, args: tuple, perturbed: list, m
             out[d] = conj(project_leaf(ct, dtype, shape, where))
     return tuple(out)
 
+
 def check_f_bar(sig: Any, f_bar: Any) -> None:
     """The function's own cotangent (slot 0) must be zero: the lowering has no place for it."""
     if f_bar is None or isinstance(f_bar, AbstractZero):
@@ -233,7 +238,6 @@ def _tangent_template(primal: Any, names: list) -> str:
     if all(isinstance(k, str) and k.isidentifier() for k in names):
         return f"Tangent({kind}, {', '.join(f'{k}=...' for k in names)})"
     return f"Tangent({kind}, ...)"
-
 
 
 def _leaf_path(tree: Any, k: int) -> str:

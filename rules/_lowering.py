@@ -2,9 +2,9 @@
 
 A primitive with an rrule is, where JAX has the internals `_dual` uses, one JAX primitive
 that keeps its rules (`_dual.call`, mode DUAL); `_Lowered` below holds the rules of one
-argument signature and runs them, and `_dual` routes JAX's requests to them. Elsewhere (and for an frule alone)
-the rules become a `jax.custom_vjp` or `jax.custom_jvp`, the mode chosen when the
-primitive is called.
+argument signature and runs them, and `_dual` routes JAX's requests to them. Elsewhere (and
+for an frule alone) the rules become a `jax.custom_vjp` or `jax.custom_jvp`, the mode chosen
+when the primitive is called.
 
 Every conversion between ChainRules' conventions and JAX's (zeros, thunks, `Tangent`s,
 projection, the complex switch) is in `rules/_boundary.py`; this module runs the rules.
@@ -38,10 +38,10 @@ from jax.custom_derivatives import SymbolicZero
 from ._boundary import (
     DIFF,
     STATIC,
+    filled,
     frule_tangents,
     is_jax_zero,
     leaf_kind,
-    filled,
     pullback_seed,
     rebuilt,
     to_jax_cotangents,
