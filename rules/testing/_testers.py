@@ -1417,7 +1417,9 @@ def test_scalar(
 ) -> list[RuleReport]:
     """Check the rules of a scalar function `f` at `z`, real or complex.
 
-    Runs `test_frule` and `test_rrule` (whichever rules exist); keyword arguments that are
+    Runs `test_frule` and `test_rrule` (whichever rules exist; for a JAX function with no
+    rule of ours, such as a `jax.custom_jvp` or `jax.custom_vjp`, JAX's own derivatives, in
+    forward mode where JAX has it: not through a `jax.custom_vjp`); keyword arguments that are
     not the testers' own options are passed to `f` and its rules. For complex `z` the rules
     are probed in the real and the imaginary direction, all four real partials of the 2x2
     Jacobian (Re y, Im y) / (Re z, Im z) are compared with finite differences, in
@@ -1441,13 +1443,18 @@ def test_scalar(
     name = function_name(f)
     fkwargs = {k: v for k, v in kwargs.items() if k not in _TESTER_OPTIONS}
     has_fr, has_rr = _has(frule, f, (z,)), _has(rrule, f, (z,))
-    if not (has_fr or has_rr):
+    via_jax = not (has_fr or has_rr)
+    if via_jax and isinstance(f, Primitive):
         _fail("test_scalar", name, "no rule applies", got=f"an argument of type {type(z).__name__}",
               fix=f"define one, e.g. `rules.scalar_rule({name}, partials)`")
+    if via_jax:  # a JAX function: JAX's own derivatives, forward mode where JAX has it
+        has_rr = True
+        has_fr = not _calls_custom_vjp(jax.make_jaxpr(lambda v: f(v, **fkwargs))(z).jaxpr)
     opts = dict(rtol=rtol, atol=atol, fdm=fdm, **kwargs)
     y = unwrap(f)(z, **fkwargs)
     if jnp.iscomplexobj(z):  # first: a wrong rule is then reported by the partial it gets wrong
-        _check_partials(f, z, has_fr, has_rr, rtol, atol, fdm, fkwargs)
+        rules_of = (_jax_frule, _jax_rrule) if via_jax else (frule, rrule)
+        _check_partials(f, z, has_fr, has_rr, rtol, atol, fdm, fkwargs, rules_of)
     reports: list[RuleReport] = []
     directions = (1.0, 1.0j) if jnp.iscomplexobj(z) else (1.0,)
     seeds = (1.0, 1.0j) if jnp.iscomplexobj(y) else (1.0,)
@@ -1470,7 +1477,10 @@ def _as_complex(t: Any) -> complex | None:
     return complex(np.asarray(t))
 
 
-def _check_partials(f, z, has_fr, has_rr, rtol, atol, fdm, fkwargs=None) -> None:
+def _check_partials(f, z, has_fr, has_rr, rtol, atol, fdm, fkwargs=None, rules_of=None) -> None:
+    """The four real partials of a complex scalar function from its frule and rrule
+    (`rules_of`: the two to call, the registry's by default) against finite differences."""
+    frule_of, rrule_of = rules_of or (frule, rrule)
     name = function_name(f)
     fkwargs = fkwargs or {}
     raw = unwrap(f)
@@ -1485,9 +1495,9 @@ def _check_partials(f, z, has_fr, has_rr, rtol, atol, fdm, fkwargs=None) -> None
     f_dot = _zero_like(f)  # the partials with respect to z only
     if has_fr:
         for col, d in (("Re z", 1.0), ("Im z", 1.0j)):
-            _, y_dot = frule((f_dot, jnp.asarray(d, dtype)), f, z, **fkwargs)
+            _, y_dot = frule_of((f_dot, jnp.asarray(d, dtype)), f, z, **fkwargs)
             if col == "Re z":  # a real tangent must give what 1 + 0i gives (ChainRulesTestUtils)
-                _, real_dot = frule((f_dot, jnp.asarray(1.0, jnp.finfo(dtype).dtype)), f, z, **fkwargs)
+                _, real_dot = frule_of((f_dot, jnp.asarray(1.0, jnp.finfo(dtype).dtype)), f, z, **fkwargs)
                 _check_embedding(name, "frule", "tangent", real_dot, y_dot, rtol, atol)
             value = _as_complex(y_dot)
             if value is None:
@@ -1498,10 +1508,10 @@ def _check_partials(f, z, has_fr, has_rr, rtol, atol, fdm, fkwargs=None) -> None
     if has_rr:
         rows = (("Re y", 1.0), ("Im y", 1.0j)) if complex_out else (("Re y", 1.0),)
         for row, d in rows:
-            _, pullback = rrule(f, z, **fkwargs)
+            _, pullback = rrule_of(f, z, **fkwargs)
             x_bar = pullback(jnp.asarray(d, jnp.result_type(y)) if complex_out else d)[1]
             if complex_out and row == "Re y":  # a real cotangent must give what 1 + 0i gives
-                real_bar = rrule(f, z, **fkwargs)[1](jnp.asarray(1.0, jnp.finfo(jnp.result_type(y)).dtype))[1]
+                real_bar = rrule_of(f, z, **fkwargs)[1](jnp.asarray(1.0, jnp.finfo(jnp.result_type(y)).dtype))[1]
                 _check_embedding(name, "rrule", "cotangent", real_bar, x_bar, rtol, atol)
             x_bar = _as_complex(x_bar)
             if x_bar is None:

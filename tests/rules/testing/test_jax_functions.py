@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import rules
-from rules.testing import test_frule, test_rrule
+from rules.testing import test_frule, test_rrule, test_scalar
 
 X = jnp.array([0.3, -1.2, 0.7])
 Y = jnp.array([1.1, 0.4, -0.5])
@@ -130,6 +130,33 @@ def test_a_function_calling_a_custom_vjp_inside_is_checked_in_reverse_mode_only(
     assert report.modes == "rev"
     with pytest.raises(AssertionError, match="no forward mode"):
         test_frule(outer, X, Y)
+
+
+def _complex_custom_jvp(error=0.0):
+    """z exp(z) as a jax.custom_jvp, its tangent (1 + error) times right."""
+    f = jax.custom_jvp(lambda z: z * jnp.exp(z))
+    f.defjvp(lambda p, t: (f(p[0]), (1 + error) * jnp.exp(p[0]) * (1 + p[0]) * t[0]))
+    return f
+
+
+def _complex_custom_vjp(error=0.0):
+    """z sin(z) as a jax.custom_vjp, its cotangent (1 + error) times right (JAX's convention:
+    g f'(z) for a holomorphic f)."""
+    f = jax.custom_vjp(lambda z: z * jnp.sin(z))
+    f.defvjp(lambda z: (f(z), z), lambda z, g: ((1 + error) * g * (jnp.sin(z) + z * jnp.cos(z)),))
+    return f
+
+
+@pytest.mark.parametrize("z", [0.4, 0.4 - 0.7j], ids=["real", "complex"])
+def test_test_scalar_checks_jax_functions_through_their_own_derivatives(z):
+    assert [r.kind for r in test_scalar(_complex_custom_jvp(), z)] == ["jax.jvp", "jax.vjp"] * (2 if isinstance(z, complex) else 1)
+    # a custom_vjp has no forward mode in JAX: reverse mode only
+    assert {r.kind for r in test_scalar(_complex_custom_vjp(), z)} == {"jax.vjp"}
+    for wrong in (_complex_custom_jvp(0.01), _complex_custom_vjp(0.01)):
+        with pytest.raises(AssertionError, match="does not match finite differences"):
+            test_scalar(wrong, z)
+    with pytest.raises(AssertionError, match="no rule applies"):  # a primitive of ours still needs its rule
+        test_scalar(rules.primitive(lambda z: 2 * z), z)
 
 
 def test_a_primitive_without_an_rrule_still_asks_for_one():
