@@ -252,6 +252,12 @@ def _jax_children(primal: Any):
     return children_with_names(primal)
 
 
+def _structure_error(what: str, name: str, index: Any, path: tuple, fn: Any, **sections: str) -> TangentStructureError:
+    """A `TangentStructureError` about the tangent of argument `index` at `path`."""
+    return TangentStructureError(format_message(
+        what, argument=describe_argument(index, _path_text(path), fn=fn), **sections))
+
+
 def _tangent_leaves(ct: Any, primal: Any, want: list[bool], name: str, index: Any, path: tuple, fn: Any = None) -> list:
     """The tangent `ct` of `primal`, as one entry per leaf of `primal` (None where not wanted)."""
     n = len(want)
@@ -268,14 +274,11 @@ def _tangent_leaves(ct: Any, primal: Any, want: list[bool], name: str, index: An
     split = _jax_children(primal)
     if split is None:
         if isinstance(ct, Tangent) or not isinstance(ct, (*ArrayTypes, int, float, complex)):
-            raise TangentStructureError(
-                format_message(
-                    f"`{name}`: a rule returned a structured tangent for an array",
-                    argument=describe_argument(index, _path_text(path), fn=fn),
-                    expected=f"an array of shape {np.shape(primal)}",
-                    got=f"{type(ct).__name__}",
-                    fix="return an array (or ZeroTangent()) for array arguments",
-                )
+            raise _structure_error(
+                f"`{name}`: a rule returned a structured tangent for an array", name, index, path, fn,
+                expected=f"an array of shape {np.shape(primal)}",
+                got=f"{type(ct).__name__}",
+                fix="return an array (or ZeroTangent()) for array arguments",
             )
         return [ct]
     pairs, _ = split
@@ -285,26 +288,20 @@ def _tangent_leaves(ct: Any, primal: Any, want: list[bool], name: str, index: An
     else:
         ct_split = _jax_children(ct) if type(ct) is type(primal) else None
         if ct_split is None or [k for k, _ in ct_split[0]] != names:
-            raise TangentStructureError(
-                format_message(
-                    f"`{name}`: the tangent's structure does not match the primal's",
-                    argument=describe_argument(index, _path_text(path), fn=fn),
-                    expected=f"a Tangent or a {type(primal).__name__} with fields {names}",
-                    got=_describe_tangent(ct) + (f" with fields {[k for k, _ in ct_split[0]]}" if ct_split else ""),
-                    fix=f"return {_tangent_template(primal, names)}, one tangent per field (or ZeroTangent())",
-                )
+            raise _structure_error(
+                f"`{name}`: the tangent's structure does not match the primal's", name, index, path, fn,
+                expected=f"a Tangent or a {type(primal).__name__} with fields {names}",
+                got=_describe_tangent(ct) + (f" with fields {[k for k, _ in ct_split[0]]}" if ct_split else ""),
+                fix=f"return {_tangent_template(primal, names)}, one tangent per field (or ZeroTangent())",
             )
         lookup = dict(ct_split[0])
     unknown = [k for k in lookup if k not in names]
     if unknown:
-        raise TangentStructureError(
-            format_message(
-                f"`{name}`: the Tangent has fields the primal lacks",
-                argument=describe_argument(index, _path_text(path), fn=fn),
-                expected=f"fields among {names}",
-                got=f"{list(lookup)}",
-                fix=f"build the Tangent with the field names of {type(primal).__name__}",
-            )
+        raise _structure_error(
+            f"`{name}`: the Tangent has fields the primal lacks", name, index, path, fn,
+            expected=f"fields among {names}",
+            got=f"{list(lookup)}",
+            fix=f"build the Tangent with the field names of {type(primal).__name__}",
         )
     out: list = []
     offset = 0
