@@ -663,12 +663,16 @@ def test_scalar_complex_function_via_scalar_rule():
     assert max(r.max_error for r in reports) < 1e-8
 
 
-def test_scalar_without_a_rule_says_so():
+def test_scalar_of_a_primitive_without_a_rule_says_so():
+    """A primitive of ours without a rule asks for one; a plain function instead has JAX's own
+    derivatives checked (tests/rules/testing/test_jax_functions.py)."""
+    @rules.primitive
     def plain(x):
         return x
 
     with pytest.raises(AssertionError, match="no rule applies"):
         test_scalar(plain, 1.0)
+    assert [r.kind for r in test_scalar(lambda x: 2 * x, 1.0)] == ["jax.jvp", "jax.vjp"]
 
 
 def test_rrule_without_a_rule_says_how_to_register_one():
