@@ -16,6 +16,11 @@ Rows (issue 7, 1-4), each measured side by side in one run:
    hand-written `custom_jvp` and `jax.grad` under jit vs the hand-written `custom_vjp`
    (target <= 1.02 each, compiled HLO compared); and an rrule alone in forward mode (its
    pullback transposed) vs the hand-written `custom_jvp`.
+6. Two outputs (issue 22): an rrule with two differentiable outputs, whose backward pass
+   replays the rrule once the zero pattern is known, vs the hand-written `custom_vjp` with
+   symbolic zeros that stores its residuals: `jax.grad` under jit of a loss of both outputs
+   and of one (target <= 1.02, compiled HLO compared: XLA merges the replayed forward pass),
+   and inside a `lax.scan` (the backward loop runs the rrule again: recomputes, stores less; shown).
 
 Method: medians over repetitions after a warm-up, the two sides of a ratio measured
 alternately (compilation excluded, except in row 2, which times `jit(...).lower(x).compile()`
@@ -113,6 +118,66 @@ def make_both_rules_primitive():
     return prim
 
 
+def pair_plain(x):
+    return jnp.sin(x) * jnp.exp(x), jnp.cos(x) ** 2
+
+
+def _pair_partials(x):
+    return jnp.cos(x) * jnp.exp(x) + jnp.sin(x) * jnp.exp(x), -2 * jnp.cos(x) * jnp.sin(x)
+
+
+def make_pair_primitive():
+    def pair(x):  # a fresh function per call
+        return pair_plain(x)
+
+    prim = rules.primitive(pair)
+
+    @prim.rrule
+    def pair_rrule(x):
+        y, d = pair_plain(x), _pair_partials(x)
+
+        def pair_pullback(y_bar):
+            x_bar = rules.ZeroTangent()
+            for g, di in zip(y_bar, d):
+                if not isinstance(g, rules.AbstractZero):
+                    x_bar = x_bar + g * di
+            return rules.NoTangent(), x_bar
+
+        return y, pair_pullback
+
+    return prim
+
+
+def make_pair_custom_vjp():
+    f = jax.custom_vjp(pair_plain)
+
+    def fwd(x):
+        return pair_plain(x.value), _pair_partials(x.value)
+
+    def bwd(d, y_bar):
+        parts = [g * di for g, di in zip(y_bar, d) if not isinstance(g, jax.custom_derivatives.SymbolicZero)]
+        return (sum(parts[1:], parts[0]),)
+
+    f.defvjp(fwd, bwd, symbolic_zeros=True)
+    return f
+
+
+def pair_losses(f):
+    """jit(grad) of a loss of both outputs, of the first only, and of both through a lax.scan."""
+    def scanned(x):
+        def step(c, _):
+            a, b = f(c)
+            return a + b, jnp.sum(a)
+
+        return jnp.sum(jax.lax.scan(step, x, None, length=8)[0])
+
+    return {
+        "both outputs": lambda x: jnp.sum(f(x)[0] + f(x)[1]),
+        "first output": lambda x: jnp.sum(f(x)[0]),
+        "lax.scan, 8 steps": scanned,
+    }
+
+
 def loss_of(f):
     return lambda x: jnp.sum(f(x))
 
@@ -205,6 +270,19 @@ def run(quick: bool = False) -> str:
     rows.append([f"5. jit(jvp), n={n}", "primitive rrule alone", f"{tt_prim * 1e3:.3f} ms", f"{tt_prim / tt_hand:.3f}",
                  f"transposed pullback vs custom_jvp; compiled HLO {'identical' if hj_t == hj_hand else 'DIFFERENT'}: "
                  f"{len(hj_t)} vs {len(hj_hand)} instructions"])
+
+    # 6. two outputs: the backward pass replays the rrule
+    pair_prim, pair_hand = pair_losses(make_pair_primitive()), pair_losses(make_pair_custom_vjp())
+    for what in pair_prim:
+        gp, gh = jax.jit(jax.grad(pair_prim[what])), jax.jit(jax.grad(pair_hand[what]))
+        np.testing.assert_allclose(gp(x), gh(x), rtol=1e-5)
+        tp, th = paired_medians(lambda: gp(x), lambda: gh(x), reps)
+        hp, hh = hlo_instructions(jax.grad(pair_prim[what]), x), hlo_instructions(jax.grad(pair_hand[what]), x)
+        scan = what.startswith("lax.scan")
+        rows.append([f"6. jit(grad), n={n}" if what == "both outputs" else "", f"two-output rrule, {what}", f"{tp * 1e3:.3f} ms",
+                     f"{tp / th:.3f} (recomputed, not stored)" if scan else verdict(tp / th, 1.02),
+                     f"vs custom_vjp(symbolic_zeros); compiled HLO {'identical' if hp == hh else 'DIFFERENT'}: "
+                     f"{len(hp)} vs {len(hh)} instructions"])
 
     header = ["row", "what", "time", "ratio vs hand-written (target)", "notes"]
     where = f"Measured on jax {jax.__version__}, Python {sys.version.split()[0]}, {jax.default_backend()}.\n\n"

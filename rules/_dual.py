@@ -41,8 +41,8 @@ import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
-from ._boundary import filled
-from ._errors import ForwardModeError, LoweringContractError, format_message
+from ._boundary import filled, is_jax_zero
+from ._errors import LoweringContractError, format_message
 from ._jax_compat import VALUE_DEPENDENT
 from ._jax_compat import (
     DUAL,
@@ -101,9 +101,6 @@ class _Primal:
 
 if DUAL is not None:
     _Zero = DUAL.Zero
-
-    def _is_zero(x: Any) -> bool:
-        return isinstance(x, (_Zero, SymbolicZero))
 
     def _linearizing(tangents: list) -> bool:
         """Whether JAX calls the JVP rule to linearize (jax.grad, jax.vjp, jax.linearize): it
@@ -177,7 +174,7 @@ if DUAL is not None:
             does not: `_Linear` runs the frule, and only a transposition of it (`jax.checkpoint`
             differentiates by JVP and transposition) runs the forward pass, from the primals.
             """
-            moved = tuple(i for i, t in enumerate(tangents) if not _is_zero(t) and _inexact(jax.typeof(t)))
+            moved = tuple(i for i, t in enumerate(tangents) if not is_jax_zero(t) and _inexact(jax.typeof(t)))
             out_dot = [_Zero(_tangent_aval(a)) for a in self.out_aval]
             diff = [i for i, a in enumerate(self.out_aval) if _inexact(a)]
             if not moved or not diff:
@@ -269,7 +266,7 @@ if DUAL is not None:
             primals, residual, _ = self._split(args)
             if residual is None:  # made in forward mode, transposed after all: the forward pass now
                 residual = _forward_pass(self.lowered, primals, self.moved)[1]
-            x_bars = _pullback(self.lowered, residual, self.call.out_aval, _with_zeros(self.call.out_aval, cts))
+            x_bars = self.lowered.bwd(residual, _with_zeros(self.call.out_aval, cts))
             return [None] * (self.n + self.n_res) + [x_bars[i] for i in self.moved]
 
         def jvp_flat(self, primals, tangents):
@@ -310,7 +307,7 @@ if DUAL is not None:
             return self._vmap(lambda *a: list(self.inner.expand_flat(list(a))), self.dims)(*args)
 
         def jvp_flat(self, primals, tangents):
-            nz = [not _is_zero(t) for t in tangents]
+            nz = [not is_jax_zero(t) for t in tangents]
             nz_dims = [d for d, n in zip(self.dims, nz) if n]
 
             def f(ps, ts):
@@ -321,10 +318,10 @@ if DUAL is not None:
 
             out, out_dot = self._vmap(f, (list(self.dims), nz_dims))(primals, [t for t, n in zip(tangents, nz) if n])
             # zeros come out of vmap with the inner aval: give them the batched one
-            return out, [_Zero(_tangent_aval(a)) if _is_zero(t) else t for t, a in zip(out_dot, self.out_aval)]
+            return out, [_Zero(_tangent_aval(a)) if is_jax_zero(t) else t for t, a in zip(out_dot, self.out_aval)]
 
         def transpose_flat(self, cts, args):
-            nz = [not _is_zero(ct) for ct in cts]
+            nz = [not is_jax_zero(ct) for ct in cts]
             known = [a is not None for a in args]
 
             def f(gs, vals):
@@ -392,11 +389,6 @@ if DUAL is not None:
         it = iter(cts)
         return [next(it) if _inexact(a) else _Zero(_tangent_aval(a)) for a in out_avals]
 
-    def _pullback(lowered, residual, out_avals, cts) -> list:
-        """`lowered`'s pullback of JAX's output cotangents (JAX's zeros, as JAX gives them), one
-        per input."""
-        return list(lowered.bwd(residual, list(cts)))
-
     def _dense(t: Any, like: Any) -> Any:
         """`t`, or for a symbolic zero the zero tangent of the output `like`, with its varying axes."""
         if not isinstance(t, SymbolicZero):
@@ -406,7 +398,7 @@ if DUAL is not None:
         return pcast_varying(zero, axes) if axes else zero
 
     def _instantiate(t: Any, aval: Any) -> Any:
-        if not _is_zero(t):
+        if not is_jax_zero(t):
             return t
         tangent = _tangent_aval(aval)
         return jnp.zeros(tangent.shape, tangent.dtype)

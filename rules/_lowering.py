@@ -14,20 +14,21 @@ An argument leaf is *differentiable* (an inexact array or a Python float/complex
 *static* (anything else: part of the cache key, closed over by the lowered function).
 
 A pullback is a Python closure over the forward pass's values. When those values are
-concrete (eager `jax.grad`), the closure itself is the residual. Under a trace, the pullback
-is traced in the forward pass into a jaxpr whose constants become the residuals; since the
-zero pattern of the output cotangent is only known in the backward pass, one jaxpr is traced
-per pattern (all patterns for up to 3 differentiable outputs; otherwise the dense one plus
-one per single output, any other pattern being served by the dense jaxpr with zeros). A
-pattern whose trace raises raises only if JAX hands it over, as `jax.custom_vjp` calls bwd
-with the pattern that occurs.
+concrete (eager `jax.grad`), the closure itself is the residual. Under a trace, the backward
+pass may run in another trace. With one differentiable output the pullback is traced in the
+forward pass into a jaxpr whose constants become the residuals. With more, the zero pattern
+of the output cotangent is known only in the backward pass: the residuals are the inputs,
+and the backward pass calls the pullback once, with the pattern JAX hands over, as
+`jax.custom_vjp` calls bwd: through the closure where JAX hands back the forward pass's own
+tracers (their trace is still open: `jax.jit(jax.grad(f))`), else after running the rrule
+again from the inputs (a `lax.scan`'s backward loop). A trace that raises raises only if its
+backward pass runs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-from itertools import combinations
 from typing import Any
 
 import jax
@@ -67,7 +68,6 @@ __all__ = ["call_lowered", "is_tracer", "bypass_in_own_rule"]
 
 VJP, JVP, JVP_BY_TRANSPOSE, DUAL = "vjp", "jvp", "jvp by transposing the pullback", "dual"
 _Tracer = jax.core.Tracer
-_MAX_ALL_PATTERNS = 3
 _CACHE_SIZE = 512
 
 
@@ -263,36 +263,58 @@ class _Residual:
     """What the forward pass leaves for the backward pass.
 
     Eager: the pullback closure itself (`eager`), kept as static data, since the forward
-    values were concrete. Traced: one jaxpr per zero pattern (`table`); their constants
-    (`consts`) are the residual arrays. `out_diff` and `out_meta` describe the
-    differentiable outputs (static).
+    values were concrete. Traced, for one differentiable output (whose only pattern is the
+    dense one): the pullback's jaxpr and output tree (`dense`), its constants the residual
+    arrays (`consts`). Traced, for more: the inputs are the residual arrays, and `replay`
+    (`_Lowered._replayed`, the inputs' perturbation and the `_Live` closure) calls the
+    pullback once, with the pattern JAX hands over, through the closure where it is live,
+    else after running the rrule again. `out_diff`: the differentiable outputs' leaf indices
+    (static).
     """
 
-    def __init__(self, eager, table, consts, out_diff, out_meta):
-        self.eager, self.table, self.consts = eager, table, consts
-        self.out_diff, self.out_meta = out_diff, out_meta
+    def __init__(self, eager, dense, replay, consts, out_diff):
+        self.eager, self.dense, self.replay, self.consts, self.out_diff = eager, dense, replay, consts, out_diff
 
-    def run(self, pattern: tuple, gs: list, g_all: list) -> Any:
+    def run(self, pattern: tuple, gs: list) -> Any:
         if self.eager is not None:
             return self.eager(pattern, gs)
-        offset, dense = 0, None
-        for entry_pattern, jaxpr, out_tree, n in self.table:
-            consts = self.consts[offset : offset + n]
-            offset += n
-            if entry_pattern == pattern:
-                return _evaluated(jaxpr, out_tree, consts, gs)
-            if len(entry_pattern) == len(g_all):
-                dense = (jaxpr, out_tree, consts)
-        assert dense is not None  # `bwd` runs only nonempty patterns, so the full one is tabled
-        jaxpr, out_tree, consts = dense
-        dense_gs = [jnp.zeros(*meta) if is_jax_zero(g) else g for g, meta in zip(g_all, self.out_meta)]
-        return _evaluated(jaxpr, out_tree, consts, dense_gs)
+        if self.dense is not None:  # `bwd` runs nonempty patterns only: here, the dense one
+            jaxpr, out_tree = self.dense
+            return _evaluated(jaxpr, out_tree, self.consts, gs)
+        replayed, perturbed, live = self.replay
+        if live.holds(self.consts):
+            return live.run(pattern, gs)
+        return replayed(perturbed, list(self.consts), pattern, gs)
+
+
+class _Live:
+    """The pullback closure of a traced forward pass, and the input tracers it was made from.
+
+    The backward pass may call it only where JAX hands back those very tracers: then it runs
+    in the trace they belong to, which is still open (`jax.jit(jax.grad(f))`, a `jax.vmap`
+    around the differentiation), and the forward pass need not be replayed. Anywhere else (the
+    body of a `lax.scan`'s backward loop, a vjp function called after its `jax.jit` returned)
+    the inputs are other objects, and the rrule is replayed from them. Compared by identity,
+    as the residual's static data.
+    """
+
+    __slots__ = ("run", "values")
+
+    def __init__(self, run: Any, values: list):
+        self.run, self.values = run, tuple(values)
+
+    def holds(self, inputs: Any) -> bool:
+        return (
+            len(inputs) == len(self.values)
+            and any(map(is_tracer, self.values))  # a trace's own values: concrete ones prove nothing
+            and all(a is b for a, b in zip(inputs, self.values))
+        )
 
 
 def _evaluated(jaxpr: Any, out_tree: Any, consts: Any, gs: list) -> Any:
-    """A tabled pullback at the cotangents `gs`; a pattern whose trace raised (`out_tree` is the
-    exception) raises now, when JAX hands it over: a pullback may reject a pattern that does
-    not occur (one that asserts on its input), as a `jax.custom_vjp`'s bwd may."""
+    """The traced pullback at the cotangents `gs`; where its trace raised (`out_tree` is the
+    exception) it raises now, when JAX hands the cotangents over, as a `jax.custom_vjp`'s bwd
+    would."""
     if jaxpr is None:
         raise out_tree
     return jax.tree_util.tree_unflatten(out_tree, jax.core.eval_jaxpr(jaxpr, consts, *gs))
@@ -300,16 +322,9 @@ def _evaluated(jaxpr: Any, out_tree: Any, consts: Any, gs: list) -> Any:
 
 jax.tree_util.register_pytree_node(
     _Residual,
-    lambda r: (r.consts, (r.eager, r.table, r.out_diff, r.out_meta)),
-    lambda aux, consts: _Residual(aux[0], aux[1], tuple(consts), aux[2], aux[3]),
+    lambda r: (r.consts, (r.eager, r.dense, r.replay, r.out_diff)),
+    lambda aux, consts: _Residual(aux[0], aux[1], aux[2], tuple(consts), aux[3]),
 )
-
-
-def _patterns(n: int) -> list[tuple[int, ...]]:
-    full = tuple(range(n))
-    if n <= _MAX_ALL_PATTERNS:
-        return [c for r in range(n, 0, -1) for c in combinations(full, r)]
-    return [full] + [(i,) for i in full]
 
 
 # ----- the lowered function -------------------------------------------------------------------
@@ -441,13 +456,37 @@ class _Lowered:
 
     # ----- reverse mode: jax.custom_vjp ---------------------------------------------------
     def fwd(self, *dyn_primals):
+        """The rrule's forward pass (`jax.custom_vjp`'s fwd, and `_dual`'s): the output and
+        the residual for `bwd`."""
         values = [p.value for p in dyn_primals]
-        perturbed = [p.perturbed for p in dyn_primals]
-        self._check_keywords_not_differentiated(perturbed)
+        perturbed = tuple(p.perturbed for p in dyn_primals)
+        self._check_keywords_not_differentiated(list(perturbed))
+        y, run = self._rrule(values, perturbed)
+        self.check_rule_primal("rrule", values, y)
+        y_leaves = jax.tree_util.tree_leaves(y)
+        out_diff = tuple(i for i, leaf in enumerate(y_leaves) if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact))
+        if not any(map(is_tracer, values)) and not any(map(is_tracer, y_leaves)):
+            return y, _Residual(run, None, None, (), out_diff)
+        # Traced: the closure holds this trace's values. With one differentiable output the dense
+        # pattern is the only one bwd runs: the pullback is traced now. With more, the pattern is
+        # known only in the backward pass, which calls the closure where it is live (`_Live`),
+        # else runs the rrule again from the inputs; either way once, with that pattern.
+        if len(out_diff) > 1:
+            return y, _Residual(None, None, (self._replayed, perturbed, _Live(run, values)), tuple(values), out_diff)
+        aval = jax.typeof(y_leaves[out_diff[0]])  # keeps shard_map's varying axes
+        try:
+            closed, out_shape = jax.make_jaxpr(lambda g: run(out_diff, [g]), return_shape=True)(aval)
+        except Exception as err:  # noqa: BLE001 - raised if bwd runs, as JAX would call bwd
+            return y, _Residual(None, (None, err), None, (), out_diff)
+        dense = (closed.jaxpr, jax.tree_util.tree_structure(out_shape))
+        return y, _Residual(None, dense, None, tuple(closed.consts), out_diff)
+
+    def _rrule(self, values: list, perturbed: tuple):
+        """The rrule at the dynamic inputs `values`: its output, and its pullback as a function
+        of the differentiable outputs' nonzero cotangents (`pattern`: their leaf indices)."""
         args, kwargs = self.rebuild(values)
         with _running_rule_of(self.prim.__rules_key__), _naming(f"(raised in the rrule of `{self.name}`)", self.name):
             y, pullback = check_rrule_result(self.prim, self.rr(*args, **kwargs))
-        self.check_rule_primal("rrule", values, y)
         y_leaves, y_tree = jax.tree_util.tree_flatten(y)
         out_diff = [i for i, leaf in enumerate(y_leaves) if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)]
         metas = [(np.shape(v), jnp.result_type(v)) for v in values]
@@ -456,24 +495,14 @@ class _Lowered:
             y_bar = pullback_seed(y_leaves, y_tree, out_diff, pattern, gs)
             with _naming(f"(raised in the pullback of `{self.name}`)"):
                 cotangents = pullback(y_bar)
-            return to_jax_cotangents(self, cotangents, args, perturbed, metas)
+            return to_jax_cotangents(self, cotangents, args, list(perturbed), metas)
 
-        out_meta = tuple((np.shape(y_leaves[i]), jnp.result_type(y_leaves[i])) for i in out_diff)
-        out_avals = [jax.typeof(y_leaves[i]) for i in out_diff]  # keeps shard_map's varying axes
-        if not any(map(is_tracer, values)) and not any(map(is_tracer, y_leaves)):
-            return y, _Residual(run, (), (), tuple(out_diff), out_meta)
-        table, consts = [], []
-        for pattern in _patterns(len(out_diff)):
-            leaf_pattern = tuple(out_diff[j] for j in pattern)
-            avals = [out_avals[j] for j in pattern]
-            try:
-                closed, out_shape = jax.make_jaxpr(lambda *gs, p=leaf_pattern: run(p, gs), return_shape=True)(*avals)
-            except Exception as err:  # noqa: BLE001 - raised if this pattern occurs, as JAX would call bwd
-                table.append((leaf_pattern, None, err, 0))
-                continue
-            table.append((leaf_pattern, closed.jaxpr, jax.tree_util.tree_structure(out_shape), len(closed.consts)))
-            consts.extend(closed.consts)
-        return y, _Residual(None, tuple(table), tuple(consts), tuple(out_diff), out_meta)
+        return y, run
+
+    def _replayed(self, perturbed: tuple, values: list, pattern: tuple, gs: list) -> Any:
+        """The pullback at the cotangents `gs` of the pattern JAX handed over, the rrule's
+        forward pass run again from the inputs `values` (a residual's `replay`)."""
+        return self._rrule(values, perturbed)[1](pattern, gs)
 
     def bwd(self, residual, g):
         g_leaves = jax.tree_util.tree_leaves(g, is_leaf=is_jax_zero)
@@ -481,7 +510,7 @@ class _Lowered:
         pattern = tuple(i for i, gi in zip(residual.out_diff, g_all) if not is_jax_zero(gi))
         if not pattern:
             return (None,) * len(self.dyn_index)
-        return residual.run(pattern, [gi for gi in g_all if not is_jax_zero(gi)], g_all)
+        return residual.run(pattern, [gi for gi in g_all if not is_jax_zero(gi)])
 
     # ----- forward mode: jax.custom_jvp ---------------------------------------------------
     def jvp(self, primals, tangents):

@@ -249,3 +249,85 @@ def test_a_pullback_rejecting_a_pattern_that_does_not_occur_works_as_custom_vjp(
                                    np.cos([0.7, 0.2]), rtol=1e-6)
         with pytest.raises(NotImplementedError, match="second output"):  # the pattern that does occur
             wrap(jax.grad(lambda x: f(x)[1]))(0.7)
+
+
+# ----- the pullback runs once, with the zero pattern JAX hands over -----------------------------
+def _three_output_pair(seen_ours, seen_theirs):
+    """(sin x, cos x, x^2), whose pullback / bwd records which cotangents are zero; as a
+    primitive and as JAX's custom_vjp with symbolic zeros."""
+    p = rules.primitive(lambda x: (jnp.sin(x), jnp.cos(x), x * x), name="three")
+
+    @p.rrule
+    def three_rrule(x):
+        def three_pullback(y_bar):
+            seen_ours.append(tuple(isinstance(g, rules.AbstractZero) for g in y_bar))
+            x_bar = rules.ZeroTangent()
+            for g, d in zip(y_bar, (jnp.cos(x), -jnp.sin(x), 2 * x)):
+                if not isinstance(g, rules.AbstractZero):
+                    x_bar = x_bar + g * d
+            return NoTangent(), x_bar
+
+        return (jnp.sin(x), jnp.cos(x), x * x), three_pullback
+
+    cv = jax.custom_vjp(lambda x: (jnp.sin(x), jnp.cos(x), x * x))
+
+    def cv_bwd(x, g):
+        seen_theirs.append(tuple(isinstance(gi, jax.custom_derivatives.SymbolicZero) for gi in g))
+        parts = [gi * d for gi, d in zip(g, (jnp.cos(x), -jnp.sin(x), 2 * x))
+                 if not isinstance(gi, jax.custom_derivatives.SymbolicZero)]
+        return (sum(parts[1:], parts[0]),)
+
+    cv.defvjp(lambda x: ((jnp.sin(x.value), jnp.cos(x.value), x.value * x.value), x.value), cv_bwd, symbolic_zeros=True)
+    return p, cv
+
+
+def _total(outputs, used):
+    return sum(outputs[i] for i in used)
+
+
+_TRANSFORMS = {
+    "eager": lambda g: g,
+    "jit": jax.jit,
+    "vmap": lambda g: jax.vmap(g),
+    "jit(vmap)": lambda g: jax.jit(jax.vmap(g)),
+}
+
+
+@pytest.mark.parametrize("used", [(0,), (1, 2), (0, 1, 2)], ids=["one", "two", "all"])
+@pytest.mark.parametrize("transform", list(_TRANSFORMS))
+def test_a_pullback_of_three_outputs_runs_once_with_the_pattern_that_occurs(transform, used):
+    seen_ours, seen_theirs = [], []
+    ours, theirs = _three_output_pair(seen_ours, seen_theirs)
+    x = jnp.array([0.3, 0.9]) if "vmap" in transform else 0.3
+    grads = [
+        _TRANSFORMS[transform](jax.grad(lambda x, f=f: _total(f(x), used)))(x) for f in (ours, theirs)
+    ]
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-6)
+    pattern = tuple(i not in used for i in range(3))
+    assert seen_theirs == [pattern]  # JAX calls bwd once, with the real symbolic zeros
+    assert seen_ours == seen_theirs
+
+
+def _scanned(f, used):
+    def step(c, _):
+        return c + _total(f(c), used) * 0.1, None
+
+    return lambda x: jax.lax.scan(step, x, None, length=3)[0]
+
+
+_OTHER_TRACES = {  # the backward pass in another trace than the forward pass: the rrule runs again
+    "lax.scan": lambda f, used, x: jax.grad(_scanned(f, used))(x),
+    "jit(vjp), called after": lambda f, used, x: jax.jit(lambda x: jax.vjp(lambda x: _total(f(x), used), x))(x)[1](1.0)[0],
+    "checkpoint": lambda f, used, x: jax.grad(jax.checkpoint(lambda x: _total(f(x), used)))(x),
+}
+
+
+@pytest.mark.parametrize("used", [(0,), (1, 2)], ids=["one", "two"])
+@pytest.mark.parametrize("where", list(_OTHER_TRACES))
+def test_a_pullback_of_three_outputs_in_another_trace_runs_with_the_pattern_that_occurs(where, used):
+    seen_ours, seen_theirs = [], []
+    ours, theirs = _three_output_pair(seen_ours, seen_theirs)
+    np.testing.assert_allclose(_OTHER_TRACES[where](ours, used, 0.3), _OTHER_TRACES[where](theirs, used, 0.3), rtol=1e-6)
+    pattern = tuple(i not in used for i in range(3))
+    assert seen_theirs and set(seen_theirs) == {pattern}
+    assert seen_ours == seen_theirs

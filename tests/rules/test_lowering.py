@@ -248,12 +248,12 @@ def test_unused_outputs_reach_the_pullback_as_zero_tangent_eager(which):
 
 @pytest.mark.parametrize("which", list(LOSSES))
 def test_symbolic_zero_patterns_give_correct_gradients_under_jit(which):
-    pick, expected, _ = LOSSES[which]
+    pick, expected, pattern = LOSSES[which]
     seen = []
     sincos = make_sincos(seen)
     assert float(jax.jit(jax.grad(lambda x: pick(sincos(x))))(0.7)) == pytest.approx(expected(0.7))
-    # under a trace the pullback is traced once per zero pattern in the forward pass
-    assert set(seen) == {(False, True), (True, False), (False, False)}
+    # under a trace too, the pullback is traced once, with the pattern that occurs
+    assert seen == [pattern]
 
 
 def test_more_than_three_outputs_with_partly_unused_cotangents(maybe_jit):
