@@ -242,7 +242,11 @@ def run(quick: bool = False) -> str:
     j_prim = jax.jit(lambda x, t: jax.jvp(frule_prim, (x,), (t,)))
     j_hand = jax.jit(lambda x, t: jax.jvp(hand_jvp, (x,), (t,)))
     tj_prim, tj_hand = paired_medians(lambda: j_prim(x, tangent), lambda: j_hand(x, tangent), reps)
-    rows.append([f"4. jit(jvp), n={n}", "primitive frule", f"{tj_prim * 1e3:.3f} ms", verdict(tj_prim / tj_hand, 1.02), "vs custom_jvp"])
+    hj_prim = hlo_instructions(lambda x: jax.jvp(frule_prim, (x,), (x,)), x)
+    hj_jvp = hlo_instructions(lambda x: jax.jvp(hand_jvp, (x,), (x,)), x)
+    rows.append([f"4. jit(jvp), n={n}", "primitive frule", f"{tj_prim * 1e3:.3f} ms", verdict(tj_prim / tj_hand, 1.02),
+                 f"vs custom_jvp; compiled HLO {'identical' if hj_prim == hj_jvp else 'DIFFERENT'}: "
+                 f"{len(hj_prim)} vs {len(hj_jvp)} instructions"])
     gf_prim, gf_hand = jax.jit(jax.grad(loss_of(frule_prim))), jax.jit(jax.grad(loss_of(hand_jvp)))
     tg_prim, tg_hand = paired_medians(lambda: gf_prim(x), lambda: gf_hand(x), reps)
     rows.append([f"4. jit(grad), n={n}", "primitive frule", f"{tg_prim * 1e3:.3f} ms", verdict(tg_prim / tg_hand, 1.02), "by transposition, vs custom_jvp"])
