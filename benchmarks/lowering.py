@@ -16,11 +16,11 @@ Rows (issue 7, 1-4), each measured side by side in one run:
    hand-written `custom_jvp` and `jax.grad` under jit vs the hand-written `custom_vjp`
    (target <= 1.02 each, compiled HLO compared); and an rrule alone in forward mode (its
    pullback transposed) vs the hand-written `custom_jvp`.
-6. Two outputs (issue 22): an rrule with two differentiable outputs, whose backward pass
-   replays the rrule once the zero pattern is known, vs the hand-written `custom_vjp` with
-   symbolic zeros that stores its residuals: `jax.grad` under jit of a loss of both outputs
-   and of one (target <= 1.02, compiled HLO compared: XLA merges the replayed forward pass),
-   and inside a `lax.scan` (the backward loop runs the rrule again: recomputes, stores less; shown).
+6. Two outputs (issue 22): an rrule with two differentiable outputs, whose pullback runs
+   once the zero pattern is known, vs the hand-written `custom_vjp` with symbolic zeros that
+   stores its residuals: `jax.grad` under jit of a loss of both outputs and of one (target
+   <= 1.02, compiled HLO compared: the forward pass's closure is called), and inside a
+   `lax.scan` (the backward loop runs the rrule again: recomputes, stores less; shown).
 
 Method: medians over repetitions after a warm-up, the two sides of a ratio measured
 alternately (compilation excluded, except in row 2, which times `jit(...).lower(x).compile()`

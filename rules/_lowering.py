@@ -372,7 +372,7 @@ class _Lowered:
         self.fn = fn
 
     def rebuild(self, dyn_values) -> tuple[tuple, dict]:
-        return rebuilt(self.treedef, list(self.statics), self.dyn_index, dyn_values)
+        return rebuilt(self.treedef, self.statics, self.dyn_index, dyn_values)
 
     def primal(self, *dyn):
         args, kwargs = self.rebuild(dyn)
