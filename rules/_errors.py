@@ -156,7 +156,7 @@ class naming:
     def __exit__(self, kind, err, tb) -> Literal[False]:
         if isinstance(err, jax.errors.UnexpectedTracerError) and self.name is not None and not isinstance(err, RuleError):
             raise TracerClosureError(format_message(
-                f"the rrule of `{self.name}` (or its function) uses a tracer of another trace: a value "
+                f"the rrule of `{self.name}` (its pullback, or its function) uses a tracer of another trace: a value "
                 "closed over from a JAX transformation that encloses the call but not its differentiation "
                 "(a jax.vmap inside jax.grad), or one kept from an earlier trace; the rule runs beneath "
                 "that transformation, as a jax.custom_vjp's fwd and bwd do, and cannot see its tracers",

@@ -264,8 +264,8 @@ class _Residual:
 
     Eager: the pullback closure itself (`eager`), kept as static data, since the forward
     values were concrete. Traced, for one differentiable output (whose only pattern is the
-    dense one): the pullback's jaxpr and output tree (`dense`), its constants the residual
-    arrays (`consts`). Traced, for more: the inputs are the residual arrays, and `replay`
+    dense one): the pullback's jaxpr, its output tree and the primitive's name (`dense`), its
+    constants the residual arrays (`consts`). Traced, for more: the inputs are the residual arrays, and `replay`
     (`_Lowered._replayed`, the inputs' perturbation and the `_Live` closure) calls the
     pullback once, with the pattern JAX hands over, through the closure where it is live,
     else after running the rrule again. `out_diff`: the differentiable outputs' leaf indices
@@ -279,8 +279,8 @@ class _Residual:
         if self.eager is not None:
             return self.eager(pattern, gs)
         if self.dense is not None:  # `bwd` runs nonempty patterns only: here, the dense one
-            jaxpr, out_tree = self.dense
-            return _evaluated(jaxpr, out_tree, self.consts, gs)
+            jaxpr, out_tree, name = self.dense
+            return _evaluated(jaxpr, out_tree, self.consts, gs, name)
         replayed, perturbed, live = self.replay
         if live.holds(self.consts):
             return live.run(pattern, gs)
@@ -311,13 +311,15 @@ class _Live:
         )
 
 
-def _evaluated(jaxpr: Any, out_tree: Any, consts: Any, gs: list) -> Any:
-    """The traced pullback at the cotangents `gs`; where its trace raised (`out_tree` is the
-    exception) it raises now, when JAX hands the cotangents over, as a `jax.custom_vjp`'s bwd
-    would."""
+def _evaluated(jaxpr: Any, out_tree: Any, consts: Any, gs: list, name: str) -> Any:
+    """The traced pullback of primitive `name` at the cotangents `gs`; where its trace raised
+    (`out_tree` is the exception) it raises now, when JAX hands the cotangents over, as a
+    `jax.custom_vjp`'s bwd would. A constant that is a tracer of a transformation now gone
+    (the pullback closed over a `jax.vmap`'s value) raises `TracerClosureError`."""
     if jaxpr is None:
         raise out_tree
-    return jax.tree_util.tree_unflatten(out_tree, jax.core.eval_jaxpr(jaxpr, consts, *gs))
+    with _naming(f"(raised in the pullback of `{name}`)", name):
+        return jax.tree_util.tree_unflatten(out_tree, jax.core.eval_jaxpr(jaxpr, consts, *gs))
 
 
 jax.tree_util.register_pytree_node(
@@ -477,8 +479,8 @@ class _Lowered:
         try:
             closed, out_shape = jax.make_jaxpr(lambda g: run(out_diff, [g]), return_shape=True)(aval)
         except Exception as err:  # noqa: BLE001 - raised if bwd runs, as JAX would call bwd
-            return y, _Residual(None, (None, err), None, (), out_diff)
-        dense = (closed.jaxpr, jax.tree_util.tree_structure(out_shape))
+            return y, _Residual(None, (None, err, self.name), None, (), out_diff)
+        dense = (closed.jaxpr, jax.tree_util.tree_structure(out_shape), self.name)
         return y, _Residual(None, dense, None, tuple(closed.consts), out_diff)
 
     def _rrule(self, values: list, perturbed: tuple):
@@ -493,7 +495,7 @@ class _Lowered:
 
         def run(pattern, gs):
             y_bar = pullback_seed(y_leaves, y_tree, out_diff, pattern, gs)
-            with _naming(f"(raised in the pullback of `{self.name}`)"):
+            with _naming(f"(raised in the pullback of `{self.name}`)", self.name):
                 cotangents = pullback(y_bar)
             return to_jax_cotangents(self, cotangents, args, list(perturbed), metas)
 

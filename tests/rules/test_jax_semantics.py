@@ -191,18 +191,19 @@ def test_a_rule_closing_over_a_vmap_tracer_differentiated_inside_the_vmap_comput
     np.testing.assert_allclose(ours, np.cos(0.5) * np.arange(3.0), rtol=1e-6)
 
 
-def test_a_rule_closing_over_a_vmap_tracer_differentiated_outside_raises_naming_the_primitive():
+@pytest.mark.parametrize("wrap", [lambda f: f, jax.jit], ids=["eager", "jit"])
+def test_a_rule_closing_over_a_vmap_tracer_differentiated_outside_raises_naming_the_primitive(wrap):
     def loss(which):
         return lambda x: jnp.sum(jax.vmap(lambda a: _scaled_by(a, "scaled_by_a")[which](x))(jnp.arange(3.0)))
 
     with pytest.raises(jax.errors.UnexpectedTracerError):  # JAX's custom_vjp cannot either
-        jax.grad(loss(1))(0.5)
+        wrap(jax.grad(loss(1)))(0.5)
     if _dual.ENABLED:  # the rule runs beneath the vmap, as custom_vjp's fwd does
         with pytest.raises(rules.TracerClosureError, match=r"rrule of `scaled_by_a`[\s\S]*fix: .*as an argument") as err:
-            jax.grad(loss(0))(0.5)
+            wrap(jax.grad(loss(0)))(0.5)
         assert isinstance(err.value, jax.errors.UnexpectedTracerError)
     else:  # the custom_vjp/custom_jvp lowering computes it
-        np.testing.assert_allclose(jax.grad(loss(0))(0.5), 3 * np.cos(0.5), rtol=1e-6)
+        np.testing.assert_allclose(wrap(jax.grad(loss(0)))(0.5), 3 * np.cos(0.5), rtol=1e-6)
     # the fix the message names: the value as an argument
     p = rules.primitive(lambda x, a: jnp.sin(x) * a, name="scaled")
 
