@@ -463,8 +463,7 @@ class _Lowered:
         values = [p.value for p in dyn_primals]
         perturbed = tuple(p.perturbed for p in dyn_primals)
         self._check_keywords_not_differentiated(list(perturbed))
-        y, run = self._rrule(values, perturbed)
-        self.check_rule_primal("rrule", values, y)
+        y, run = self._rrule(values, perturbed, check=True)
         y_leaves = jax.tree_util.tree_leaves(y)
         out_diff = tuple(i for i, leaf in enumerate(y_leaves) if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact))
         if not any(map(is_tracer, values)) and not any(map(is_tracer, y_leaves)):
@@ -483,12 +482,15 @@ class _Lowered:
         dense = (closed.jaxpr, jax.tree_util.tree_structure(out_shape), self.name)
         return y, _Residual(None, dense, None, tuple(closed.consts), out_diff)
 
-    def _rrule(self, values: list, perturbed: tuple):
-        """The rrule at the dynamic inputs `values`: its output, and its pullback as a function
-        of the differentiable outputs' nonzero cotangents (`pattern`: their leaf indices)."""
+    def _rrule(self, values: list, perturbed: tuple, check: bool = False):
+        """The rrule at the dynamic inputs `values`: its output (`check`: checked against the
+        function's), and its pullback as a function of the differentiable outputs' nonzero
+        cotangents (`pattern`: their leaf indices)."""
         args, kwargs = self.rebuild(values)
         with _running_rule_of(self.prim.__rules_key__), _naming(f"(raised in the rrule of `{self.name}`)", self.name):
             y, pullback = check_rrule_result(self.prim, self.rr(*args, **kwargs))
+        if check:
+            self.check_rule_primal("rrule", values, y)
         y_leaves, y_tree = jax.tree_util.tree_flatten(y)
         out_diff = [i for i, leaf in enumerate(y_leaves) if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)]
         metas = [(np.shape(v), jnp.result_type(v)) for v in values]
