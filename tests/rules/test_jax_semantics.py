@@ -332,3 +332,56 @@ def test_a_pullback_of_three_outputs_in_another_trace_runs_with_the_pattern_that
     pattern = tuple(i not in used for i in range(3))
     assert seen_theirs and set(seen_theirs) == {pattern}
     assert seen_ours == seen_theirs
+
+
+# ----- every transformation of a several-output rrule computes the function's derivatives ------
+def _three_plain(x):
+    return jnp.sin(x) * x, jnp.cos(x) ** 2, jnp.exp(x)
+
+
+def _three_rrule_only():
+    p = rules.primitive(_three_plain, name="three_plain")
+
+    @p.rrule
+    def three_plain_rrule(x):
+        d = (jnp.cos(x) * x + jnp.sin(x), -2 * jnp.cos(x) * jnp.sin(x), jnp.exp(x))
+
+        def three_plain_pullback(y_bar):
+            parts = [g * di for g, di in zip(y_bar, d) if not isinstance(g, rules.AbstractZero)]
+            return NoTangent(), sum(parts[1:], parts[0])
+
+        return _three_plain(x), three_plain_pullback
+
+    return p
+
+
+def _loss_12(f):  # outputs 1 and 2 used, 0 not: a pattern with a zero
+    return lambda x: jnp.sum(2 * f(x)[1] + 3 * f(x)[2])
+
+
+def _scanned_12(f):
+    return lambda x: jax.lax.scan(lambda c, _: (c + 0.1 * jnp.tanh(_loss_12(f)(c)), None), x, None, length=3)[0].sum()
+
+
+_X4 = jnp.linspace(0.1, 1.0, 4)
+_EVERY = {
+    "hessian": lambda f: jax.hessian(_loss_12(f))(_X4),
+    "jit(hessian)": lambda f: jax.jit(jax.hessian(_loss_12(f)))(_X4),
+    "jit(jacrev)": lambda f: jax.jit(jax.jacrev(lambda x: f(x)[1]))(_X4),
+    "jit(jvp)": lambda f: jax.jit(lambda x: jax.jvp(lambda x: f(x)[1], (x,), (jnp.ones_like(x),))[1])(_X4),
+    "jit(linearize)": lambda f: jax.jit(lambda x: jax.linearize(_loss_12(f), x)[1](jnp.ones_like(x)))(_X4),
+    "jit(grad(scan))": lambda f: jax.jit(jax.grad(_scanned_12(f)))(_X4),
+    "hessian(scan)": lambda f: jax.hessian(_scanned_12(f))(_X4),
+    "grad(checkpoint)": lambda f: jax.grad(jax.checkpoint(_loss_12(f)))(_X4),
+    "grad(vmap)": lambda f: jax.grad(lambda X: jnp.sum(jax.vmap(_loss_12(f))(X)))(jnp.stack([_X4, 2 * _X4])),
+}
+
+
+@pytest.mark.parametrize("how", list(_EVERY))
+def test_every_transformation_of_a_three_output_rrule_equals_the_plain_function(how):
+    ours = _three_rrule_only()
+    if not _dual.ENABLED and "linearize" in how:  # JAX cannot evaluate a custom_vjp's linearization
+        with pytest.raises(TypeError, match="custom_vjp"):
+            _EVERY[how](ours)
+        return
+    np.testing.assert_allclose(_EVERY[how](ours), _EVERY[how](_three_plain), rtol=1e-6, atol=1e-7)
