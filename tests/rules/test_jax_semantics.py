@@ -373,6 +373,8 @@ _EVERY = {
     "jit(grad(scan))": lambda f: jax.jit(jax.grad(_scanned_12(f)))(_X4),
     "hessian(scan)": lambda f: jax.hessian(_scanned_12(f))(_X4),
     "grad(checkpoint)": lambda f: jax.grad(jax.checkpoint(_loss_12(f)))(_X4),
+    "hessian(jit)": lambda f: jax.hessian(jax.jit(_loss_12(f)))(_X4),
+    "grad(cond)": lambda f: jax.grad(lambda x: jax.lax.cond(x[0] > 0, _loss_12(f), lambda x: 0.0, x))(_X4),
     "grad(vmap)": lambda f: jax.grad(lambda X: jnp.sum(jax.vmap(_loss_12(f))(X)))(jnp.stack([_X4, 2 * _X4])),
 }
 
