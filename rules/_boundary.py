@@ -92,7 +92,7 @@ def leaf_kind(leaf: Any, keyword: bool = False) -> int:
 
 
 # ----- from JAX -------------------------------------------------------------------------------
-def pullback_seed(y_leaves: list, y_tree: Any, out_diff: list, pattern: tuple, gs: Any) -> Any:
+def pullback_seed(y_leaves: list, y_tree: Any, out_diff: tuple, pattern: tuple, gs: Any) -> Any:
     """The pullback's input from JAX's cotangents `gs` of the output leaves in `pattern`: each
     conjugated into ChainRules' convention; `ZeroTangent()` for the other differentiable
     outputs (JAX's symbolic zeros), `NoTangent()` for the others."""

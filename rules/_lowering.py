@@ -265,15 +265,13 @@ class _Residual:
     Eager: the pullback closure itself (`eager`), kept as static data, since the forward
     values were concrete. Traced, for one differentiable output (whose only pattern is the
     dense one): the pullback's jaxpr, its output tree and the primitive's name (`dense`), its
-    constants the residual arrays (`consts`). Traced, for more: the inputs are the residual arrays, and `replay`
-    (`_Lowered._replayed`, the inputs' perturbation and the `_Live` closure) calls the
-    pullback once, with the pattern JAX hands over, through the closure where it is live,
-    else after running the rrule again. `out_diff`: the differentiable outputs' leaf indices
-    (static).
+    constants the residual arrays (`consts`). Traced, for more: the inputs are the residual
+    arrays, and `live` (a `_Live`) calls the pullback once, with the pattern JAX hands over.
+    `out_diff`: the differentiable outputs' leaf indices (static).
     """
 
-    def __init__(self, eager, dense, replay, consts, out_diff):
-        self.eager, self.dense, self.replay, self.consts, self.out_diff = eager, dense, replay, consts, out_diff
+    def __init__(self, eager, dense, live, consts, out_diff):
+        self.eager, self.dense, self.live, self.consts, self.out_diff = eager, dense, live, consts, out_diff
 
     def run(self, pattern: tuple, gs: list) -> Any:
         if self.eager is not None:
@@ -281,34 +279,32 @@ class _Residual:
         if self.dense is not None:  # `bwd` runs nonempty patterns only: here, the dense one
             jaxpr, out_tree, name = self.dense
             return _evaluated(jaxpr, out_tree, self.consts, gs, name)
-        replayed, perturbed, live = self.replay
-        if live.holds(self.consts):
-            return live.run(pattern, gs)
-        return replayed(perturbed, list(self.consts), pattern, gs)
+        return self.live(self.consts, pattern, gs)
 
 
 class _Live:
     """The pullback closure of a traced forward pass, and the input tracers it was made from.
 
-    The backward pass may call it only where JAX hands back those very tracers: then it runs
+    Called with the inputs JAX hands back: where they are those very tracers, the closure runs
     in the trace they belong to, which is still open (`jax.jit(jax.grad(f))`, a `jax.vmap`
-    around the differentiation), and the forward pass need not be replayed. Anywhere else (the
-    body of a `lax.scan`'s backward loop, a vjp function called after its `jax.jit` returned)
-    the inputs are other objects, and the rrule is replayed from them. Compared by identity,
-    as the residual's static data.
+    around the differentiation). Anywhere else (the body of a `lax.scan`'s backward loop, a
+    vjp function called after its `jax.jit` returned) the inputs are other objects, and the
+    rrule runs again from them. Compared by identity, as the residual's static data.
     """
 
-    __slots__ = ("run", "values")
+    __slots__ = ("lowered", "perturbed", "run", "values")
 
-    def __init__(self, run: Any, values: list):
-        self.run, self.values = run, tuple(values)
+    def __init__(self, lowered: Any, perturbed: list, run: Any, values: list):
+        self.lowered, self.perturbed, self.run, self.values = lowered, perturbed, run, tuple(values)
 
-    def holds(self, inputs: Any) -> bool:
-        return (
-            len(inputs) == len(self.values)
-            and any(map(is_tracer, self.values))  # a trace's own values: concrete ones prove nothing
+    def __call__(self, inputs: tuple, pattern: tuple, gs: list) -> Any:
+        live = (
+            any(map(is_tracer, self.values))  # a trace's own values: concrete ones prove nothing
+            and len(inputs) == len(self.values)
             and all(a is b for a, b in zip(inputs, self.values))
         )
+        run = self.run if live else self.lowered._rrule(list(inputs), self.perturbed)[3]
+        return run(pattern, gs)
 
 
 def _evaluated(jaxpr: Any, out_tree: Any, consts: Any, gs: list, name: str) -> Any:
@@ -324,7 +320,7 @@ def _evaluated(jaxpr: Any, out_tree: Any, consts: Any, gs: list, name: str) -> A
 
 jax.tree_util.register_pytree_node(
     _Residual,
-    lambda r: (r.consts, (r.eager, r.dense, r.replay, r.out_diff)),
+    lambda r: (r.consts, (r.eager, r.dense, r.live, r.out_diff)),
     lambda aux, consts: _Residual(aux[0], aux[1], aux[2], tuple(consts), aux[3]),
 )
 
@@ -461,11 +457,9 @@ class _Lowered:
         """The rrule's forward pass (`jax.custom_vjp`'s fwd, and `_dual`'s): the output and
         the residual for `bwd`."""
         values = [p.value for p in dyn_primals]
-        perturbed = tuple(p.perturbed for p in dyn_primals)
-        self._check_keywords_not_differentiated(list(perturbed))
-        y, run = self._rrule(values, perturbed, check=True)
-        y_leaves = jax.tree_util.tree_leaves(y)
-        out_diff = tuple(i for i, leaf in enumerate(y_leaves) if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact))
+        perturbed = [p.perturbed for p in dyn_primals]
+        self._check_keywords_not_differentiated(perturbed)
+        y, y_leaves, out_diff, run = self._rrule(values, perturbed, check=True)
         if not any(map(is_tracer, values)) and not any(map(is_tracer, y_leaves)):
             return y, _Residual(run, None, None, (), out_diff)
         # Traced: the closure holds this trace's values. With one differentiable output the dense
@@ -473,7 +467,7 @@ class _Lowered:
         # known only in the backward pass, which calls the closure where it is live (`_Live`),
         # else runs the rrule again from the inputs; either way once, with that pattern.
         if len(out_diff) > 1:
-            return y, _Residual(None, None, (self._replayed, perturbed, _Live(run, values)), tuple(values), out_diff)
+            return y, _Residual(None, None, _Live(self, perturbed, run, values), tuple(values), out_diff)
         aval = jax.typeof(y_leaves[out_diff[0]])  # keeps shard_map's varying axes
         try:
             closed, out_shape = jax.make_jaxpr(lambda g: run(out_diff, [g]), return_shape=True)(aval)
@@ -482,31 +476,26 @@ class _Lowered:
         dense = (closed.jaxpr, jax.tree_util.tree_structure(out_shape), self.name)
         return y, _Residual(None, dense, None, tuple(closed.consts), out_diff)
 
-    def _rrule(self, values: list, perturbed: tuple, check: bool = False):
+    def _rrule(self, values: list, perturbed: list, check: bool = False):
         """The rrule at the dynamic inputs `values`: its output (`check`: checked against the
-        function's), and its pullback as a function of the differentiable outputs' nonzero
-        cotangents (`pattern`: their leaf indices)."""
+        function's), the output's leaves, the differentiable ones' indices, and its pullback as
+        a function of their nonzero cotangents (`pattern`: their leaf indices)."""
         args, kwargs = self.rebuild(values)
         with _running_rule_of(self.prim.__rules_key__), _naming(f"(raised in the rrule of `{self.name}`)", self.name):
             y, pullback = check_rrule_result(self.prim, self.rr(*args, **kwargs))
         if check:
             self.check_rule_primal("rrule", values, y)
         y_leaves, y_tree = jax.tree_util.tree_flatten(y)
-        out_diff = [i for i, leaf in enumerate(y_leaves) if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)]
+        out_diff = tuple(i for i, leaf in enumerate(y_leaves) if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact))
         metas = [(np.shape(v), jnp.result_type(v)) for v in values]
 
         def run(pattern, gs):
             y_bar = pullback_seed(y_leaves, y_tree, out_diff, pattern, gs)
             with _naming(f"(raised in the pullback of `{self.name}`)", self.name):
                 cotangents = pullback(y_bar)
-            return to_jax_cotangents(self, cotangents, args, list(perturbed), metas)
+            return to_jax_cotangents(self, cotangents, args, perturbed, metas)
 
-        return y, run
-
-    def _replayed(self, perturbed: tuple, values: list, pattern: tuple, gs: list) -> Any:
-        """The pullback at the cotangents `gs` of the pattern JAX handed over, the rrule's
-        forward pass run again from the inputs `values` (a residual's `replay`)."""
-        return self._rrule(values, perturbed)[1](pattern, gs)
+        return y, y_leaves, out_diff, run
 
     def bwd(self, residual, g):
         g_leaves = jax.tree_util.tree_leaves(g, is_leaf=is_jax_zero)
