@@ -27,7 +27,7 @@ import numpy as np
 from .._boundary import rebuilt
 from .._lowering import _aux_key
 
-__all__ = ["jit", "run"]
+__all__ = ["Program", "jit", "run"]
 
 _ARRAYS = (jax.Array, np.ndarray, np.generic)
 
@@ -252,6 +252,37 @@ class jit:
         return program(*args)
 
 
+class Program:
+    """`body(*args)` traced once as a program of the array leaves of `args` (every other leaf
+    fixed, as in a closure) and compiled (`compiled`). Called, it runs that executable at
+    arguments that differ from `args` in array values only (the same structure, the same
+    objects elsewhere, arrays of the same shapes and dtypes): `body` at another point of the
+    same check without a new trace, as `jax.jit` calls one executable at other values. The
+    result is `body`'s, its arrays concrete."""
+
+    def __init__(self, body: Callable, *args: Any):
+        leaves, self.treedef = jax.tree_util.tree_flatten(args)
+        self.where = [k for k, leaf in enumerate(leaves) if _is_array(leaf)]
+        self.fixed = [(k, leaf) for k, leaf in enumerate(leaves) if not _is_array(leaf)]
+        dynamic = [leaves[k] for k in self.where]
+        self.kinds = [(np.shape(d), d.dtype) for d in dynamic]
+        self.traced = _Traced(body, leaves, self.treedef, self.where)
+        stage = jax.jit(self.traced).trace(*dynamic)
+        before = stats["compiled"]
+        self.program = compiled(stage, dynamic)
+        stats["checks compiled"] += stats["compiled"] - before
+
+    def __call__(self, *args: Any) -> Any:
+        leaves, treedef = jax.tree_util.tree_flatten(args)
+        dynamic = [leaves[k] for k in self.where] if treedef == self.treedef else []
+        if (treedef != self.treedef or any(leaves[k] is not leaf for k, leaf in self.fixed)
+                or [(np.shape(d), d.dtype) for d in dynamic] != self.kinds):
+            raise ValueError("a compiled check's program was called at arguments it was not traced for "
+                             "(another structure, fixed value, shape or dtype): trace it anew")
+        traced = self.traced
+        return _rebuild((traced.out_tree, traced.is_traced, traced.kept), self.program(*dynamic))
+
+
 def run(body: Callable, *args: Any) -> Any:
     """`body(*args)` traced as one program of the array leaves of `args` (every other leaf
     fixed, as in a closure) and run compiled; the result is `body`'s, its arrays concrete.
@@ -259,17 +290,9 @@ def run(body: Callable, *args: Any) -> Any:
     `body` runs, traced, on every call (exceptions it raises propagate); the compilation is
     reused where an earlier call traced to the same program (`compiled`), with the same
     constants: arrays the body closed over or made, such as the testers' seeded random
-    tangents, are compiled into it.
+    tangents, are compiled into it. `Program(body, *args)` keeps the program to run again.
     """
-    leaves, treedef = jax.tree_util.tree_flatten(args)
-    where = [k for k, leaf in enumerate(leaves) if _is_array(leaf)]
-    dynamic = [leaves[k] for k in where]
-    traced = _Traced(body, leaves, treedef, where)
-    stage = jax.jit(traced).trace(*dynamic)
-    before = stats["compiled"]
-    program = compiled(stage, dynamic)
-    stats["checks compiled"] += stats["compiled"] - before
-    return _rebuild((traced.out_tree, traced.is_traced, traced.kept), program(*dynamic))
+    return Program(body, *args)(*args)
 
 
 def _rebuild(snapshot: tuple, values: list) -> Any:

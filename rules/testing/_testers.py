@@ -32,6 +32,7 @@ from .._boundary import _tangent_leaves, conj, conj_tree, filled
 from .._lowering import lowered_rules
 from .._thunks import AbstractThunk, InplaceableThunk, Thunk, unthunk
 from .._zeros import AbstractZero, NoTangent, ZeroTangent
+from ._compiled import Program, _is_array
 from ._compiled import run as run_compiled
 from ._compare import (
     WithTangent,
@@ -430,7 +431,9 @@ class _InProgram(NamedTuple):
     own program (`_lowered_in_program`). Compiling a program costs ~10 ms however small it
     is, and lowering it as much again: one program per tester call instead of two or three
     took a fifth off the CPU time of `python -m rules check`. The host compares as before;
-    where anything of it fails in the program, the check runs on its own, which reports why."""
+    where anything of it fails in the program, the check runs on its own, which reports why.
+    jax.vmap's unbatched value at its second point is the same program run there
+    (`_vmap_points`), where its arguments are arrays (`_movable`)."""
 
     prim: Any
     vmap: bool
@@ -438,18 +441,23 @@ class _InProgram(NamedTuple):
 
 
 def _lowered_in_program(spec: _InProgram, what: str, ps: tuple, fkwargs: dict, idx: tuple, other: Any,
-                        tangents: dict, seed: int) -> tuple | None:
+                        tangents: dict, partner: dict | None) -> tuple | None:
     """Inside the rule's program: the lowered primitive's `jax.{what}` at the arguments `idx`
-    as `_check_variants` evaluates it at its first step (`other`: y_bar or the tangents),
-    and with `spec.transposition` its `jax.jvp` by the transposed pullback as
+    (`other`: y_bar or the tangents); with `spec.vmap`, batched over this point and the
+    second point `partner` with the seed doubled (`_RruleTest.at`); with
+    `spec.transposition` its `jax.jvp` by the transposed pullback as
     `_check_forward_by_transposition` does ("rev" where JAX cannot transpose the pullback).
     None where it cannot be traced here."""
     if not idx:
         return None
     a0 = tuple(ps[i] for i in idx)
-    variants = functools.partial(_variants_body, _VariantsSpec(what, spec.prim, idx, spec.vmap, True))
+    fn = functools.partial(_LOWERED[what], spec.prim, idx, ps, fkwargs)
     try:
-        result = _variants_at(variants, spec.vmap, ps, fkwargs, a0, other, seed, _VMAP_STEPS[0])
+        if spec.vmap:
+            result = jax.vmap(fn, in_axes=(_batch_axes(a0), _batch_axes(other)))(
+                _stacked(a0, tuple((partner or {})[i] for i in idx)), _stacked(other, _doubled(other)))
+        else:
+            result = fn(a0, other)
     except Exception:  # noqa: BLE001 - `_check_variants` runs it on its own and reports why
         return None
     forward: tuple | None = None
@@ -464,6 +472,24 @@ def _lowered_in_program(spec: _InProgram, what: str, ps: tuple, fkwargs: dict, i
         except Exception:  # noqa: BLE001 - checked on its own, as above
             forward = None
     return idx, result, forward
+
+
+def _stacked(t0: Any, t1: Any) -> Any:
+    """Two points as a batch of two along the differentiable leaves (the others kept)."""
+    return jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]) if is_differentiable_leaf(a) else a, t0, t1)
+
+
+def _partner(problem: _Problem, seed: int, scale: float) -> dict:
+    """The jax.vmap check's second point: each perturbed argument moved by `scale` of itself
+    in a random direction, as `_variants_at` moves it."""
+    args_b, axes = _batch(problem.args, seed + 3, scale, relative=True)
+    return dict(zip(problem.index, _slice(args_b, axes, 1)))
+
+
+def _movable(problem: _Problem) -> bool:
+    """Whether a rule's program can be run at a second point: its perturbed leaves are arrays
+    (program arguments), not Python numbers fixed in it."""
+    return all(_is_array(l) for l in jax.tree_util.tree_leaves(problem.args) if is_differentiable_leaf(l))
 
 
 def _slot(f: Any, ps: tuple, i: int) -> Any:
@@ -485,11 +511,11 @@ class _RruleResult(NamedTuple):
 
 
 def _rrule_body(spec: _RruleSpec, ps: tuple, fkwargs: dict, output_tangent: Any,
-                tangents: dict | None = None) -> _RruleResult:
+                tangents: dict | None = None, partner: dict | None = None) -> _RruleResult:
     """The rrule, its pullback and the checks of their conventions (types, arity, shapes and
     dtypes); what needs values comes back, as dense arrays, to be compared by `test_rrule`.
     With `spec.lowered`, the lowered primitive's checks too (`tangents`: the dense tangent
-    of each perturbed slot, for forward mode)."""
+    of each perturbed slot, for forward mode; `partner`: the second point of jax.vmap's)."""
     tester, name, f = "test_rrule", spec.name, spec.f
     y, pullback = _call_rule(tester, name, "rrule", lambda: (spec.rrule_f or rrule)(f, *ps, **fkwargs))
     y_bar = rand_tangent(y, seed=spec.seed + 1) if output_tangent is None else output_tangent
@@ -522,7 +548,7 @@ def _rrule_body(spec: _RruleSpec, ps: tuple, fkwargs: dict, output_tangent: Any,
     if spec.lowered is not None:
         idx = tuple(i for i in spec.indices if i not in out["broken"] and i not in out["masks"])
         out["lowered"] = _lowered_in_program(spec.lowered, "vjp", ps, fkwargs, idx, out["y_bar_dense"],
-                                             tangents or {}, spec.seed)
+                                             tangents or {}, partner)
     return _RruleResult(**out)
 
 
@@ -632,7 +658,7 @@ class _RruleTest:
         self.with_frule = _has(frule, f, primals)
         self.spec = _RruleSpec(self.name, f, rrule_f, seed, tuple(problem.index), check_thunked)
         self.compiled = check_jit and problem.size() <= COMPILED_LIMIT
-        self.inputs = (primals, fkwargs, output_tangent)
+        self.inputs = (primals, fkwargs, output_tangent, dict(zip(problem.index, problem.tangents)))
         self.ev = self._evaluate()
         self.rtol, self.atol = _tolerances(rtol, atol, primals, self.ev.y)
         self.fdm = fdm or _DEFAULT_FDM
@@ -648,11 +674,14 @@ class _RruleTest:
         """The rule in one compiled program, with the lowered primitive's checks in it where
         they can be (`_evaluate`)."""
         problem, in_program = self.problem, None
+        self.vmap_in_program = self.check_vmap and _movable(problem)
         if self.compiled and problem.index and not _unlowered(self.f, problem):
             in_program = functools.partial(_rrule_body, self.spec._replace(lowered=_InProgram(
-                _primitive_for(problem), self.check_vmap, not self.with_frule and not self.reverse_only)))
-        return _evaluate(functools.partial(_rrule_body, self.spec),
-                         (*self.inputs, dict(zip(problem.index, problem.tangents))), self.compiled, in_program)
+                _primitive_for(problem), self.vmap_in_program, not self.with_frule and not self.reverse_only)))
+        partner = _partner(problem, self.seed, _VMAP_STEPS[0]) if self.vmap_in_program else None
+        ev, self.program = _evaluate(functools.partial(_rrule_body, self.spec), _arguments(self, partner, False),
+                                     self.compiled, in_program)
+        return ev
 
     def fail(self, what: str, **sections: Any) -> None:
         _fail(self.tester, self.name, what, **sections)
@@ -731,6 +760,9 @@ class _RruleTest:
         lowered = problem.without(set(ev.broken) | set(ev.masks))  # JAX would raise on a NotImplementedTangent
         done = ev.lowered  # evaluated in the rule's program, for these slots
         variants, by_transposition = (done[1], done[2]) if done and done[0] == tuple(lowered.index) else (None, None)
+        if variants is not None and self.check_vmap:
+            variants = _vmap_points(self, variants, lambda there: (there.y, tuple(
+                _doubled(there.dense[i]) for i in lowered.index))) if self.vmap_in_program else None
         if unlowered := _unlowered(self.f, problem):
             self.checks.append(unlowered)
             return
@@ -936,8 +968,9 @@ def _check_traced_like_eager(tester, name, what, traced, eager, problem, y, argu
                  traced, eager, rtol, atol, argument)
 
 
-def _evaluate(body: Callable, args: tuple, compiled: bool, in_program: Callable | None = None) -> Any:
-    """`body(*args)` as one compiled program (see `_compiled`), or eagerly.
+def _evaluate(body: Callable, args: tuple, compiled: bool, in_program: Callable | None = None) -> tuple:
+    """`body(*args)` as one compiled program (see `_compiled`), or eagerly; with the program
+    where it is `in_program`'s (`None` otherwise), to be run at a second point.
 
     The checks of conventions inside `body` run on tracers, as they look at types, shapes
     and dtypes only. `in_program`, `body` with the lowered primitive's checks traced into it,
@@ -947,17 +980,45 @@ def _evaluate(body: Callable, args: tuple, compiled: bool, in_program: Callable 
     report why.
     """
     if not compiled:
-        return body(*args)
+        return body(*args), None
     for candidate in (in_program, body):
         if candidate is None:
             continue
         try:
-            return run_compiled(candidate, *args)
+            program = Program(candidate, *args)
+            return program(*args), (program if candidate is in_program else None)
         except AssertionError:
             raise  # a check failed
         except Exception:  # noqa: BLE001 - not traceable, or the rule raised: the next, then eagerly
             continue
-    return body(*args)
+    return body(*args), None
+
+
+def _doubled(tree: Any) -> Any:
+    return jax.tree_util.tree_map(lambda a: 2 * a if is_differentiable_leaf(a) else a, tree)
+
+
+def _vmap_points(test: Any, first: Any, unbatched: Callable) -> Callable[[float], tuple]:
+    """`_check_variants`' evaluation of the jax.vmap check from a rule's program (`test`: a
+    `_RruleTest` or `_FruleTest`): at the second point `scale` away, `(unbatched, batched)`.
+    Batched is the lowered primitive over both points, the second's seed doubled (`first`,
+    from the first evaluation, at the first scale); unbatched at the second point is the
+    rule's own value there, the same program run at it: `unbatched(result)`, the primal and
+    the derivative doubled (linear in its seed). No program is compiled for it."""
+    def at(scale: float) -> tuple:
+        partner = _partner(test.problem, test.seed, scale)
+        batched = first if scale == _VMAP_STEPS[0] else test.program(*_arguments(test, partner, False)).lowered[1]
+        return unbatched(test.program(*_arguments(test, partner, True))), batched
+
+    return at
+
+
+def _arguments(test: Any, partner: dict | None, moved: bool) -> tuple:
+    """A tester's rule program's arguments, at the jax.vmap check's second point if `moved`."""
+    primals, *rest = test.inputs
+    if moved:
+        primals = tuple(filled(primals, test.problem.index, [(partner or {})[i] for i in test.problem.index]))
+    return (primals, *rest, partner)
 
 
 def _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, check_vmap, seed, done=None) -> list[str]:
@@ -1091,8 +1152,9 @@ def _check_variants(tester, problem, what, other, against_rule, check_jit, check
     to the same program, where eager evaluation would compile each operation of the rule
     again in every context JAX evaluates it in. The second point is
     the first moved slightly; if f is not finite there where it is at the first (arccos near
-    1), a shorter move is tried, by the same program. `done`: the results of the first
-    step, evaluated in the rule's program (`_lowered_in_program`).
+    1), a shorter move is tried, by the same program. `done`: from the rule's program
+    (`_lowered_in_program`), the result without vmap, else `(second, batched)` as a function
+    of the scale (`_vmap_points`).
     """
     label = f"jax.jit(jax.{what})" if check_jit else f"jax.{what}"
     spec = _VariantsSpec(what, _primitive_for(problem), tuple(problem.index), check_vmap, check_jit)
@@ -1102,11 +1164,9 @@ def _check_variants(tester, problem, what, other, against_rule, check_jit, check
         against_rule(label, done if done is not None else run(full, fkwargs, args, other))
         return [label]
     want = None
-    for step, scale in enumerate(_VMAP_STEPS):
-        if step == 0 and done is not None:
-            second, batched = done
-        else:
-            second, batched = _variants_at(run, True, full, fkwargs, args, other, seed, scale)
+    at = done or functools.partial(_variants_at, run, True, full, fkwargs, args, other, seed)
+    for scale in _VMAP_STEPS:
+        second, batched = at(scale)
         if want is None:
             first = jax.tree_util.tree_map(lambda b: _host(b)[0], batched)  # at (args, other)
             try:
@@ -1180,7 +1240,8 @@ class _FruleResult(NamedTuple):
     lowered: tuple | None = None  # the lowered primitive's jax.jvp (`_lowered_in_program`)
 
 
-def _frule_body(spec: _FruleSpec, ps: tuple, given: tuple, fkwargs: dict, tangents: tuple = ()) -> _FruleResult:
+def _frule_body(spec: _FruleSpec, ps: tuple, given: tuple, fkwargs: dict, tangents: tuple = (),
+                partner: dict | None = None) -> _FruleResult:
     """The frule and the checks of its conventions (see `_rrule_body`); with `spec.lowered`,
     the lowered primitive's `jax.jvp` at `tangents` (dense, one per perturbed slot) too."""
     tester, name, f = "test_frule", spec.name, spec.f
@@ -1197,7 +1258,7 @@ def _frule_body(spec: _FruleSpec, ps: tuple, given: tuple, fkwargs: dict, tangen
     if spec.transposable and spec.indices and not any(mask):
         out["transposed"] = _transposition_cotangents(spec, ps, fkwargs, y)
     if spec.lowered is not None and not any(mask):
-        out["lowered"] = _lowered_in_program(spec.lowered, "jvp", ps, fkwargs, spec.indices, tangents, {}, spec.seed)
+        out["lowered"] = _lowered_in_program(spec.lowered, "jvp", ps, fkwargs, spec.indices, tangents, {}, partner)
     return _FruleResult(**out)
 
 
@@ -1281,7 +1342,7 @@ class _FruleTest:
         self.unlowered = _unlowered(f, problem)
         # no rrule: jax.jvp of the primitive runs the frule (an unhashable f has no primitive)
         self.by_custom_jvp = not self.unlowered and lowered_rules(f, primals)[0] is None
-        self.inputs = (primals, (f_dot if problem.f_perturbed else NoTangent(), *tangents), fkwargs)
+        self.inputs = (primals, (f_dot if problem.f_perturbed else NoTangent(), *tangents), fkwargs, problem.tangents)
         self.ev = self._evaluate()
         self.rtol, self.atol = _tolerances(rtol, atol, primals, self.ev.y)
         self.fdm = fdm or _DEFAULT_FDM
@@ -1290,11 +1351,14 @@ class _FruleTest:
 
     def _evaluate(self) -> _FruleResult:
         problem, in_program = self.problem, None
+        self.vmap_in_program = self.check_vmap and _movable(problem)
         if self.compiled and problem.index and self.by_custom_jvp:
             in_program = functools.partial(_frule_body, self.spec._replace(lowered=_InProgram(
-                _primitive_for(problem), self.check_vmap, False)))
-        return _evaluate(functools.partial(_frule_body, self.spec), (*self.inputs, problem.tangents), self.compiled,
-                         in_program)
+                _primitive_for(problem), self.vmap_in_program, False)))
+        partner = _partner(problem, self.seed, _VMAP_STEPS[0]) if self.vmap_in_program else None
+        ev, self.program = _evaluate(functools.partial(_frule_body, self.spec), _arguments(self, partner, False),
+                                     self.compiled, in_program)
+        return ev
 
     def check_primal(self) -> None:
         try:
@@ -1344,9 +1408,12 @@ class _FruleTest:
         if self.unlowered:
             self.checks.append(self.unlowered)
         elif not any(self.ev.mask) and self.by_custom_jvp:
-            done = self.ev.lowered  # evaluated in the rule's program
+            done = self.ev.lowered[1] if self.ev.lowered else None  # evaluated in the rule's program
+            if done is not None and self.check_vmap:
+                done = _vmap_points(self, done, lambda there: (there.y, _doubled(there.y_dot_dense))) \
+                    if self.vmap_in_program else None
             self.checks += _lowered(self.tester, self.name, _check_lowered_jvp, self.problem, self.ev.y_dot_dense,
-                                    self.ev.y, self.check_jit, self.check_vmap, self.seed, done[1] if done else None)
+                                    self.ev.y, self.check_jit, self.check_vmap, self.seed, done)
 
     def check_transposition(self) -> None:
         if self.ev.transposed is not None:

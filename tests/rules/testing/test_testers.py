@@ -983,8 +983,8 @@ def test_a_second_check_of_the_same_code_reuses_its_compilations_with_the_new_va
 
 
 def test_each_tester_call_compiles_one_program_with_the_lowered_checks_in_it(monkeypatch):
-    """The rule with its conventions, the lowered primitive under jax.jit at two points and
-    batched, and forward mode by the transposed pullback: one compiled program per call
+    """The rule with its conventions, the lowered primitive under jax.jit batched over two
+    points (the second's unbatched value: the same program run there), and forward mode by the transposed pullback: one compiled program per call
     (lowering and compiling one costs ~25 ms however small it is)."""
     from rules.testing import _compiled
 
@@ -1001,6 +1001,36 @@ def test_each_tester_call_compiles_one_program_with_the_lowered_checks_in_it(mon
     report = test_frule(square, X64)
     assert _compiled.stats["checks compiled"] == before + 1
     assert {"jax.jit(jax.jvp)", "jax.vmap"} <= set(report.checks)
+
+
+def test_the_vmap_checks_second_point_runs_the_rules_own_program_again(monkeypatch):
+    """The jax.vmap check's unbatched value at its second point is the rule's program run
+    there (no second program): also where the first move leaves f's domain (arccos next to
+    1) and shorter ones are tried. A batching error at that point still fails (the
+    callback below gives every batch element element 0's seed: the second's is doubled)."""
+    from rules.testing import _compiled
+
+    monkeypatch.setattr(_compiled, "_EXECUTABLES", _compiled.Kept(8))
+    arccos = with_rrule("near_one", jnp.arccos, lambda y_bar, x: (NoTangent(), -y_bar / jnp.sqrt(1 - x**2)))
+    before = _compiled.stats["checks compiled"]
+    report = test_rrule(arccos, jnp.full(6, 1 - 1e-5))
+    assert _compiled.stats["checks compiled"] == before + 1
+    assert "jax.vmap" in report.checks
+    seeded = with_rrule("seeded", jnp.sin, lambda y_bar, x: (NoTangent(), _first_of_batch(y_bar) * jnp.cos(x)))
+    with pytest.raises(AssertionError, match=r"jax.vmap: batched differs from looped \(batch element 1\)"):
+        test_rrule(seeded, jnp.full(6, 1 - 1e-5))
+
+
+def test_a_compiled_checks_program_refuses_arguments_it_was_not_traced_for():
+    """`_compiled.Program` runs its one trace at other array values only: another shape,
+    dtype or fixed value must be traced anew, never run by this executable."""
+    from rules.testing import _compiled
+
+    program = _compiled.Program(lambda x, k: x * k, np.ones(3), 2.0)
+    np.testing.assert_allclose(program(np.full(3, 4.0), 2.0), np.full(3, 8.0))
+    for args in [(np.ones(4), 2.0), (np.ones(3, np.float32), 2.0), (np.ones(3), 3.0), ((np.ones(3),), 2.0)]:
+        with pytest.raises(ValueError, match="trace it anew"):
+            program(*args)
 
 
 def test_an_frule_wrong_only_under_vmap_fails_from_the_rules_own_program():
