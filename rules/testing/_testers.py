@@ -444,7 +444,7 @@ def _lowered_in_program(spec: _InProgram, what: str, ps: tuple, fkwargs: dict, i
                         tangents: dict, partner: dict | None) -> tuple | None:
     """Inside the rule's program: the lowered primitive's `jax.{what}` at the arguments `idx`
     (`other`: y_bar or the tangents); with `spec.vmap`, batched over this point and the
-    second point `partner` with the seed doubled (`_RruleTest.at`); with
+    second point `partner` with the seed doubled (`_vmap_points`); with
     `spec.transposition` its `jax.jvp` by the transposed pullback as
     `_check_forward_by_transposition` does ("rev" where JAX cannot transpose the pullback).
     None where it cannot be traced here."""
@@ -674,7 +674,7 @@ class _RruleTest:
         """The rule in one compiled program, with the lowered primitive's checks in it where
         they can be (`_evaluate`)."""
         problem, in_program = self.problem, None
-        self.vmap_in_program = self.check_vmap and _movable(problem)
+        self.vmap_in_program = self.compiled and self.check_vmap and _movable(problem)  # no partner made eagerly
         if self.compiled and problem.index and not _unlowered(self.f, problem):
             in_program = functools.partial(_rrule_body, self.spec._replace(lowered=_InProgram(
                 _primitive_for(problem), self.vmap_in_program, not self.with_frule and not self.reverse_only)))
@@ -1351,7 +1351,7 @@ class _FruleTest:
 
     def _evaluate(self) -> _FruleResult:
         problem, in_program = self.problem, None
-        self.vmap_in_program = self.check_vmap and _movable(problem)
+        self.vmap_in_program = self.compiled and self.check_vmap and _movable(problem)  # no partner made eagerly
         if self.compiled and problem.index and self.by_custom_jvp:
             in_program = functools.partial(_frule_body, self.spec._replace(lowered=_InProgram(
                 _primitive_for(problem), self.vmap_in_program, False)))
