@@ -628,9 +628,9 @@ def test_rrule(
 
     See also: `test_frule`, `test_scalar`, `with_tangent`, `test_approx`.
     """
-    run = _RruleTest(f, args, fkwargs, output_tangent=output_tangent, rtol=rtol, atol=atol, fdm=fdm,
+    run = _RruleTest(f, args, fkwargs, rrule_f, output_tangent=output_tangent, rtol=rtol, atol=atol, fdm=fdm,
                      check_jit=check_jit, check_vmap=check_vmap, check_thunked=check_thunked_output_tangent,
-                     mode=mode, seed=seed, rrule_f=rrule_f)
+                     mode=mode, seed=seed)
     run.check_primal()
     run.check_inplaceable_thunks()
     run.check_finite_differences()
@@ -639,49 +639,63 @@ def test_rrule(
     return run.report()
 
 
-class _RruleTest:
-    """One `test_rrule` call: the problem, the rule evaluated (`_RruleResult`), and the
-    checks so far; each `check_*` method is one named check, as in ChainRulesTestUtils."""
+class _Test:
+    """One tester call: the problem, the rule evaluated (`ev`), and the checks so far; each
+    `check_*` method is one named check, as in ChainRulesTestUtils. A subclass's `_prepare`
+    sets what its rule's program needs (`spec`, `inputs`), `_evaluate` runs it."""
 
-    tester = "test_rrule"
+    tester = kind = ""
+    table: Any = None  # the registry of the tester's kind of rule
+    body: Callable  # the rule and its checks, traced into one program (`_rrule_body`, `_frule_body`)
+    spec: Any  # fixed while `body` is traced
+    lowers = transposition = False  # `_InProgram`'s: whether its checks can be traced into `body`
 
-    def __init__(self, f, args, fkwargs, *, output_tangent, rtol, atol, fdm, check_jit, check_vmap,
-                 check_thunked, mode, seed, rrule_f):
+    def __init__(self, f, args, fkwargs, given, *, rtol, atol, fdm, check_jit, check_vmap, seed, **options):
         self.start = time.perf_counter()
-        f, f_dot, primals, tangents, self.via_jax = _start(self.tester, rrule, f, args, seed, rrule_f)
-        self.f, self.name, self.seed = f, function_name(f), seed
-        self.check_jit, self.check_vmap, self.check_thunked = check_jit, check_vmap, check_thunked
-        # a JAX function (jax.custom_vjp, custom_jvp, plain) has JAX's own jax.vjp checked
-        rrule_f = _jax_rrule if self.via_jax else rrule_f
-        self.problem = problem = _Problem(f, primals, tangents, fkwargs, f_dot)
-        self.reverse_only = problem.plain and _reverse_only(problem)
-        self.with_frule = _has(frule, f, primals)
-        self.spec = _RruleSpec(self.name, f, rrule_f, seed, tuple(problem.index), check_thunked)
-        self.compiled = check_jit and problem.size() <= COMPILED_LIMIT
-        self.inputs = (primals, fkwargs, output_tangent, dict(zip(problem.index, problem.tangents)))
+        f, f_dot, primals, tangents, self.via_jax = _start(self.tester, self.table, f, args, seed, given)
+        self.f, self.name, self.seed, self.check_jit, self.check_vmap = f, function_name(f), seed, check_jit, check_vmap
+        self.problem = _Problem(f, primals, tangents, fkwargs, f_dot)
+        self.compiled = check_jit and self.problem.size() <= COMPILED_LIMIT
+        self.fdm, self.worst = fdm or _DEFAULT_FDM, 0.0
+        self._prepare(given, f_dot, primals, tangents, fkwargs, **options)
         self.ev = self._evaluate()
         self.rtol, self.atol = _tolerances(rtol, atol, primals, self.ev.y)
-        self.fdm = fdm or _DEFAULT_FDM
-        self.mode = ("exact" if problem.size() <= EXACT_MODE_LIMIT else "fast") if mode == "auto" else mode
-        if self.mode not in ("exact", "fast"):
-            raise ValueError(f"`test_rrule`: mode must be 'auto', 'exact' or 'fast'; got {mode!r}.")
-        self.checks: list[str] = ["JAX's own derivative (jax.vjp; f has no rrule)"] if self.via_jax else []
-        self.worst = 0.0
-        # the modes JAX gets from the primitive; "" until forward mode is known (`check_lowered`)
-        self.modes = "fwd+rev" if self.with_frule else ("rev" if self.reverse_only else "")
+        jax_kind = "jax.vjp" if self.kind == "rrule" else "jax.jvp"
+        self.checks: list[str] = [f"JAX's own derivative ({jax_kind}; f has no {self.kind})"] if self.via_jax else []
 
-    def _evaluate(self) -> _RruleResult:
-        """The rule in one compiled program, with the lowered primitive's checks in it where
-        they can be (`_evaluate`)."""
-        problem, in_program = self.problem, None
+    def _prepare(self, given, f_dot, primals, tangents, fkwargs, **options) -> None:
+        raise NotImplementedError
+
+    def _evaluate(self) -> Any:
+        """`body` at the inputs as one compiled program (see `_compiled`), or eagerly with
+        `compiled` off; `self.program` the program where the lowered primitive's checks are
+        traced into it (`_InProgram`, where it `lowers`), to be run at a second point.
+
+        The checks of conventions inside `body` run on tracers, as they look at types, shapes
+        and dtypes only. `body` with the lowered primitive's checks is tried first; where it
+        fails, `body` alone. Where the rule cannot be traced (Python control flow on values,
+        NumPy on its inputs), `body` runs eagerly instead; the checks of the lowered
+        primitive under `jax.jit` then report why.
+        """
+        problem, body, self.program = self.problem, functools.partial(self.body, self.spec), None
         self.vmap_in_program = self.compiled and self.check_vmap and _movable(problem)  # no partner made eagerly
-        if self.compiled and problem.index and not _unlowered(self.f, problem):
-            in_program = functools.partial(_rrule_body, self.spec._replace(lowered=_InProgram(
-                _primitive_for(problem), self.vmap_in_program, not self.with_frule and not self.reverse_only)))
         partner = _partner(problem, self.seed, _VMAP_STEPS[0]) if self.vmap_in_program else None
-        ev, self.program = _evaluate(functools.partial(_rrule_body, self.spec), _arguments(self, partner, False),
-                                     self.compiled, in_program)
-        return ev
+        args = _arguments(self, partner, False)
+        candidates = [body] if self.compiled else []
+        if self.compiled and problem.index and self.lowers:
+            candidates.insert(0, functools.partial(self.body, self.spec._replace(lowered=_InProgram(
+                _primitive_for(problem), self.vmap_in_program, self.transposition))))
+        for candidate in candidates:
+            try:
+                program = Program(candidate, *args)
+                result = program(*args)
+            except AssertionError:
+                raise  # a check failed
+            except Exception:  # noqa: BLE001 - not traceable, or the rule raised: the next, then eagerly
+                continue
+            self.program = program if candidate is not body else None
+            return result
+        return body(*args)
 
     def fail(self, what: str, **sections: Any) -> None:
         _fail(self.tester, self.name, what, **sections)
@@ -690,16 +704,42 @@ class _RruleTest:
         try:
             test_approx(self.ev.y, self.ev.y_expected, rtol=self.rtol, atol=self.atol)
         except AssertionError as err:
-            self.fail(f"the rrule's primal output differs from f(*args)\n{err}")
-        self.checks += ["primal", "arity", "dtypes"]  # arity and dtypes: checked in `_rrule_body`
-        if self.ev.broken or self.ev.masks:
-            self.checks.append("not implemented (not checked): "
-                               + ", ".join(_arg(i) for i in self.ev.broken + list(self.ev.masks)))
+            self.fail(f"the {self.kind}'s primal output differs from f(*args)\n{err}")
+        self.checks.append("primal")
 
     def check_inplaceable_thunks(self) -> None:
         for i, path, added, plain in self.ev.inplace:
             _check_close(self.tester, self.name, "InplaceableThunk: add_fn(acc) differs from acc + val",
                          added, plain, 1e-10, 1e-12, _arg(i, path))
+
+
+class _RruleTest(_Test):
+    """One `test_rrule` call, over its `_RruleResult`."""
+
+    tester, kind, table, body = "test_rrule", "rrule", rrule, staticmethod(_rrule_body)
+
+    def _prepare(self, given, f_dot, primals, tangents, fkwargs, *, output_tangent, check_thunked, mode):
+        problem = self.problem
+        self.check_thunked = check_thunked
+        self.reverse_only = problem.plain and _reverse_only(problem)
+        self.with_frule = _has(frule, self.f, primals)
+        # a JAX function (jax.custom_vjp, custom_jvp, plain) has JAX's own jax.vjp checked
+        self.spec = _RruleSpec(self.name, self.f, _jax_rrule if self.via_jax else given, self.seed,
+                               tuple(problem.index), check_thunked)
+        self.inputs = (primals, fkwargs, output_tangent, dict(zip(problem.index, problem.tangents)))
+        self.mode = ("exact" if problem.size() <= EXACT_MODE_LIMIT else "fast") if mode == "auto" else mode
+        if self.mode not in ("exact", "fast"):
+            raise ValueError(f"`test_rrule`: mode must be 'auto', 'exact' or 'fast'; got {mode!r}.")
+        # the modes JAX gets from the primitive; "" until forward mode is known (`check_lowered`)
+        self.modes = "fwd+rev" if self.with_frule else ("rev" if self.reverse_only else "")
+        self.lowers, self.transposition = not _unlowered(self.f, problem), not self.modes
+
+    def check_primal(self) -> None:
+        super().check_primal()
+        self.checks += ["arity", "dtypes"]  # checked in `_rrule_body`
+        if self.ev.broken or self.ev.masks:
+            self.checks.append("not implemented (not checked): "
+                               + ", ".join(_arg(i) for i in self.ev.broken + list(self.ev.masks)))
 
     def check_finite_differences(self) -> None:
         """The cotangents against finite differences of f in float64 (`mode`)."""
@@ -966,32 +1006,6 @@ def _check_traced_like_eager(tester, name, what, traced, eager, problem, y, argu
     _check_close(tester, name, f"{what} differs under jax.jit from its eager value (the rule takes another "
                  "path when traced; only one of the two can match finite differences)",
                  traced, eager, rtol, atol, argument)
-
-
-def _evaluate(body: Callable, args: tuple, compiled: bool, in_program: Callable | None = None) -> tuple:
-    """`body(*args)` as one compiled program (see `_compiled`), or eagerly; with the program
-    where it is `in_program`'s (`None` otherwise), to be run at a second point.
-
-    The checks of conventions inside `body` run on tracers, as they look at types, shapes
-    and dtypes only. `in_program`, `body` with the lowered primitive's checks traced into it,
-    is tried first; where it fails, `body` alone. Where the rule cannot be traced (Python
-    control flow on values, NumPy on its inputs), `body` runs eagerly instead, as it always
-    does with `compiled=False`; the checks of the lowered primitive under `jax.jit` then
-    report why.
-    """
-    if not compiled:
-        return body(*args), None
-    for candidate in (in_program, body):
-        if candidate is None:
-            continue
-        try:
-            program = Program(candidate, *args)
-            return program(*args), (program if candidate is in_program else None)
-        except AssertionError:
-            raise  # a check failed
-        except Exception:  # noqa: BLE001 - not traceable, or the rule raised: the next, then eagerly
-            continue
-    return body(*args), None
 
 
 def _doubled(tree: Any) -> Any:
@@ -1310,8 +1324,8 @@ def test_frule(
 
     See also: `test_rrule`, `test_scalar`, `with_tangent`.
     """
-    run = _FruleTest(f, args, fkwargs, rtol=rtol, atol=atol, fdm=fdm, check_jit=check_jit, check_vmap=check_vmap,
-                     seed=seed, frule_f=frule_f)
+    run = _FruleTest(f, args, fkwargs, frule_f, rtol=rtol, atol=atol, fdm=fdm, check_jit=check_jit,
+                     check_vmap=check_vmap, seed=seed)
     run.check_primal()
     run.check_inplaceable_thunks()
     if run.problem.index and not (run.ev.mask and all(run.ev.mask)):
@@ -1321,56 +1335,27 @@ def test_frule(
     return run.report()
 
 
-class _FruleTest:
-    """One `test_frule` call (see `_RruleTest`)."""
+class _FruleTest(_Test):
+    """One `test_frule` call, over its `_FruleResult`."""
 
-    tester = "test_frule"
+    tester, kind, table, body = "test_frule", "frule", frule, staticmethod(_frule_body)
 
-    def __init__(self, f, args, fkwargs, *, rtol, atol, fdm, check_jit, check_vmap, seed, frule_f):
-        self.start = time.perf_counter()
-        f, f_dot, primals, tangents, self.via_jax = _start(self.tester, frule, f, args, seed, frule_f)
-        self.f, self.name, self.seed, self.check_jit, self.check_vmap = f, function_name(f), seed, check_jit, check_vmap
-        self.problem = problem = _Problem(f, primals, tangents, fkwargs, f_dot)
+    def _prepare(self, given, f_dot, primals, tangents, fkwargs):
+        problem = self.problem
         if self.via_jax and _reverse_only(problem):
-            _fail(self.tester, self.name, "f calls a jax.custom_vjp, and JAX has no forward mode for it (jax.jvp raises)",
-                  expected="a function with forward mode: a jax.custom_jvp, plain JAX code, or a primitive with an "
-                  "frule", got="a jax.custom_vjp inside f", fix=f"check its reverse mode with `test_rrule({self.name}, ...)`")
+            self.fail("f calls a jax.custom_vjp, and JAX has no forward mode for it (jax.jvp raises)",
+                      expected="a function with forward mode: a jax.custom_jvp, plain JAX code, or a primitive with "
+                      "an frule", got="a jax.custom_vjp inside f", fix=f"check its reverse mode with `test_rrule({self.name}, ...)`")
         # a JAX function (jax.custom_jvp, plain) has JAX's own jax.jvp checked
-        self.spec = _FruleSpec(self.name, f, _jax_frule if self.via_jax else frule_f, seed, tuple(problem.index),
-                               _has(rrule, f, primals))
-        self.compiled = check_jit and problem.size() <= COMPILED_LIMIT
-        self.unlowered = _unlowered(f, problem)
+        self.spec = _FruleSpec(self.name, self.f, _jax_frule if self.via_jax else given, self.seed,
+                               tuple(problem.index), _has(rrule, self.f, primals))
+        self.unlowered = _unlowered(self.f, problem)
         # no rrule: jax.jvp of the primitive runs the frule (an unhashable f has no primitive)
-        self.by_custom_jvp = not self.unlowered and lowered_rules(f, primals)[0] is None
+        self.by_custom_jvp = self.lowers = not self.unlowered and lowered_rules(self.f, primals)[0] is None
         self.inputs = (primals, (f_dot if problem.f_perturbed else NoTangent(), *tangents), fkwargs, problem.tangents)
-        self.ev = self._evaluate()
-        self.rtol, self.atol = _tolerances(rtol, atol, primals, self.ev.y)
-        self.fdm = fdm or _DEFAULT_FDM
-        self.checks: list[str] = ["JAX's own derivative (jax.jvp; f has no frule)"] if self.via_jax else []
-        self.worst = 0.0
-
-    def _evaluate(self) -> _FruleResult:
-        problem, in_program = self.problem, None
-        self.vmap_in_program = self.compiled and self.check_vmap and _movable(problem)  # no partner made eagerly
-        if self.compiled and problem.index and self.by_custom_jvp:
-            in_program = functools.partial(_frule_body, self.spec._replace(lowered=_InProgram(
-                _primitive_for(problem), self.vmap_in_program, False)))
-        partner = _partner(problem, self.seed, _VMAP_STEPS[0]) if self.vmap_in_program else None
-        ev, self.program = _evaluate(functools.partial(_frule_body, self.spec), _arguments(self, partner, False),
-                                     self.compiled, in_program)
-        return ev
-
-    def check_primal(self) -> None:
-        try:
-            test_approx(self.ev.y, self.ev.y_expected, rtol=self.rtol, atol=self.atol)
-        except AssertionError as err:
-            _fail(self.tester, self.name, f"the frule's primal output differs from f(*args)\n{err}")
-        self.checks.append("primal")
 
     def check_inplaceable_thunks(self) -> None:
-        for i, path, added, plain in self.ev.inplace:
-            _check_close(self.tester, self.name, "InplaceableThunk: add_fn(acc) differs from acc + val",
-                         added, plain, 1e-10, 1e-12, _arg(i, path))
+        super().check_inplaceable_thunks()
         self.checks += (["InplaceableThunk add"] if self.ev.inplace else []) + ["dtypes"]
         if any(self.ev.mask):
             self.checks.append("not implemented (not checked): the output" + ("" if all(self.ev.mask) else " in part"))
