@@ -335,39 +335,14 @@ def _lowered_tol(*trees: Any) -> tuple[float, float]:
 _VMAP_STEPS = (1e-3, 1e-6, 0.0)
 
 
-def _batch(tree: Any, seed: int, scale: float = 0.05, relative: bool = False) -> tuple[Any, Any]:
-    """Two slightly different copies of the float leaves stacked, and matching in_axes: the
-    second moved by `scale` times a random direction (times the entry itself if `relative`).
-    The same seed gives the same direction."""
-    rng = np.random.default_rng(seed)
-
-    def stack(leaf):
-        if not is_differentiable_leaf(leaf):
-            return leaf
-        if isinstance(leaf, jax.core.Tracer):  # inside a check's program (`_lowered_in_program`)
-            x, xp = leaf, jnp
-        else:  # arrays in NumPy: each eager jax.numpy operation would compile for its shape
-            x = np.asarray(leaf) if isinstance(leaf, (jax.Array, np.ndarray, np.generic)) else jnp.asarray(leaf)
-            xp = np if isinstance(x, np.ndarray) else jnp
-        r = random_values(x, rng)
-        other = x + scale * (r * x if relative else r)
-        return xp.stack([x, other.astype(x.dtype)])
-
-    axes = jax.tree_util.tree_map(lambda l: 0 if is_differentiable_leaf(l) else None, tree)
-    return jax.tree_util.tree_map(stack, tree), axes
-
-
 def _finite_pattern(tree: Any) -> list[np.ndarray]:
     return [np.isfinite(np.asarray(l)) for l in jax.tree_util.tree_leaves(tree) if is_differentiable_leaf(l)]
 
 
-def _slice(tree: Any, axes: Any, k: int) -> Any:
-    """Batch element k (host arrays: indexing a device array eagerly compiles a program)."""
-    return jax.tree_util.tree_map(lambda l, a: l if a is None else _host(l)[k], tree, axes)
-
-
-def _host(x: Any) -> Any:
-    return np.asarray(x) if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer) else x
+def _element(tree: Any, k: int) -> Any:
+    """Batch element k of a batch of two (on the host: indexing a device array eagerly
+    compiles a program)."""
+    return jax.tree_util.tree_map(lambda b: np.asarray(b)[k] if isinstance(b, jax.Array) else b[k], tree)
 
 
 def _check_close(tester, name, what, got, expected, rtol, atol, argument=None, entrywise=False) -> float:
@@ -453,18 +428,14 @@ def _lowered_in_program(spec: _InProgram, what: str, ps: tuple, fkwargs: dict, i
     a0 = tuple(ps[i] for i in idx)
     fn = functools.partial(_LOWERED[what], spec.prim, idx, ps, fkwargs)
     try:
-        if spec.vmap:
-            result = jax.vmap(fn, in_axes=(_batch_axes(a0), _batch_axes(other)))(
-                _stacked(a0, tuple((partner or {})[i] for i in idx)), _stacked(other, _doubled(other)))
-        else:
-            result = fn(a0, other)
+        result = _pair(fn, a0, tuple((partner or {})[i] for i in idx), other) if spec.vmap else fn(a0, other)
     except Exception:  # noqa: BLE001 - `_check_variants` runs it on its own and reports why
         return None
     forward: tuple | None = None
     if spec.transposition:
         try:
             with forward_mode_required():  # a pullback JAX cannot transpose raises here, not when compiled
-                y_dot = _variants_body(_VariantsSpec("jvp", spec.prim, idx, False, True), ps, fkwargs, a0,
+                y_dot = _variants_body(_VariantsSpec("jvp", spec.prim, idx, True), ps, fkwargs, a0,
                                        tuple(tangents[i] for i in idx))[1]
             forward = ("fwd+rev", y_dot)
         except ForwardModeError:
@@ -480,10 +451,18 @@ def _stacked(t0: Any, t1: Any) -> Any:
 
 
 def _partner(problem: _Problem, seed: int, scale: float) -> dict:
-    """The jax.vmap check's second point: each perturbed argument moved by `scale` of itself
-    in a random direction, as `_variants_at` moves it."""
-    args_b, axes = _batch(problem.args, seed + 3, scale, relative=True)
-    return dict(zip(problem.index, _slice(args_b, axes, 1)))
+    """The jax.vmap check's second point: each perturbed argument's float leaves moved by
+    `scale` of themselves in a random direction (the same for the same seed), in NumPy where
+    they are arrays (eager jax.numpy would compile a program per operation and shape)."""
+    rng = np.random.default_rng(seed + 3)
+
+    def move(leaf):
+        if not is_differentiable_leaf(leaf):
+            return leaf
+        x = np.asarray(leaf) if isinstance(leaf, (jax.Array, np.ndarray, np.generic)) else jnp.asarray(leaf)
+        return (x + scale * random_values(x, rng) * x).astype(x.dtype)
+
+    return dict(zip(problem.index, jax.tree_util.tree_map(move, problem.args)))
 
 
 def _movable(problem: _Problem) -> bool:
@@ -712,6 +691,59 @@ class _Test:
             _check_close(self.tester, self.name, "InplaceableThunk: add_fn(acc) differs from acc + val",
                          added, plain, 1e-10, 1e-12, _arg(i, path))
 
+    def check_variants(self, problem: _Problem, what: str, other: Any, want: list, done: Any = None) -> list[str]:
+        """The lowered primitive's `jax.{what}` at `(problem.args, other)` under `jax.jit`
+        (eagerly with `check_jit=False`), then under `jax.vmap`; it must give `want`, the
+        rule's derivative (a cotangent per argument, or the tangent).
+
+        With vmap, a batch of two points must equal the primitive looped over them; the
+        batch's element 0 is the point itself, so it is what is compared with the rule
+        (evaluated alone only if that fails, to say whether jit or vmap is wrong). With jit
+        on, one compiled program evaluates it at the second point and batched: one
+        compilation, reused by a later call that traces to the same program, where eager
+        evaluation would compile each operation of the rule again in every context JAX
+        evaluates it in. The second point is the first moved slightly; if f is not finite
+        there where it is at the first (arccos near 1), a shorter move is tried, by the same
+        program. `done`: from the rule's program (`_lowered_in_program`), the result without
+        vmap, else `(second, batched)` as a function of the scale (`_vmap_points`).
+        """
+        label = f"jax.jit(jax.{what})" if self.check_jit else f"jax.{what}"
+        rtol, atol = _lowered_tol(problem.args, self.ev.y)
+        where = [_arg(i) for i in problem.index] if what == "vjp" else ["the output"]
+        rule = "the pullback" if what == "vjp" else "the frule"
+
+        def against_rule(result):
+            for argument, g, w in zip(where, result[1] if what == "vjp" else [result[1]], want):
+                _check_close(self.tester, self.name, f"the lowered primitive's {label} differs from {rule}",
+                             g, w, rtol, atol, argument)
+
+        run = _variants_runner(_VariantsSpec(what, _primitive_for(problem), tuple(problem.index), self.check_jit))
+        full, fkwargs, args = problem.primals, problem.fkwargs, problem.args
+        if not self.check_vmap:
+            against_rule(done if done is not None else run(full, fkwargs, args, other))
+            return [label]
+        want_finite = None
+        at = done or (lambda scale: run(full, fkwargs, args, other, tuple(_partner(problem, self.seed, scale).values())))
+        for scale in _VMAP_STEPS:
+            second, batched = at(scale)
+            if want_finite is None:
+                first = _element(batched, 0)  # at (args, other)
+                try:
+                    against_rule(first)
+                except AssertionError:  # under jit alone, or only batched? Evaluate it alone to say which
+                    alone = run(full, fkwargs, args, other)
+                    against_rule(alone)
+                    _check_close(self.tester, self.name, "jax.vmap: batched differs from looped (batch element 0)",
+                                 first, alone, rtol, atol)
+                    raise
+                want_finite = _finite_pattern(first)
+            got = _finite_pattern(second)  # the second point must stay where f is defined
+            if len(got) == len(want_finite) and all(np.array_equal(a, b) for a, b in zip(got, want_finite)):
+                break
+        _check_close(self.tester, self.name, "jax.vmap: batched differs from looped (batch element 1)",
+                     _element(batched, 1), second, rtol, atol)
+        return [label, "jax.vmap"]
+
 
 class _RruleTest(_Test):
     """One `test_rrule` call, over its `_RruleResult`."""
@@ -808,11 +840,11 @@ class _RruleTest(_Test):
             return
         if not lowered.index:
             return
-        self.checks += _lowered(self.tester, self.name, _check_lowered_vjp, lowered, ev.y_bar_dense, ev.y, ev.dense,
-                                self.check_jit, self.check_vmap, self.seed, variants)
+        self.checks += _lowered(self.tester, self.name, lambda: self.check_variants(
+            lowered, "vjp", ev.y_bar_dense, [ev.dense[i] for i in lowered.index], variants))
         if not self.modes:
-            forward = _lowered(self.tester, self.name, _check_forward_by_transposition, lowered, ev.y_bar_dense,
-                               ev.y, ev.dense, self.check_jit, by_transposition)
+            forward = _lowered(self.tester, self.name, lambda: _check_forward_by_transposition(
+                self.tester, self.name, lowered, ev.y_bar_dense, ev.y, ev.dense, self.check_jit, by_transposition))
             self.checks += forward
             self.modes = "fwd+rev" if forward else "rev"
 
@@ -844,10 +876,10 @@ def _tolerances(rtol: float | None, atol: float | None, primals: Any, y: Any) ->
     return (d_rtol if rtol is None else rtol), (d_atol if atol is None else atol)
 
 
-def _lowered(tester, name, check, *args) -> list[str]:
+def _lowered(tester: str, name: str, check: Callable[[], list[str]]) -> list[str]:
     """Run a check of the lowered primitive; an exception from JAX becomes a test failure."""
     try:
-        return check(tester, name, *args)
+        return check()
     except AssertionError:
         raise
     except Exception as err:  # noqa: BLE001 - any JAX error here means the rule is not traceable
@@ -1035,18 +1067,6 @@ def _arguments(test: Any, partner: dict | None, moved: bool) -> tuple:
     return (primals, *rest, partner)
 
 
-def _check_lowered_vjp(tester, name, problem, y_bar_dense, y, dense, check_jit, check_vmap, seed, done=None) -> list[str]:
-    def against_rule(label, result):
-        for i, g, w in zip(problem.index, result[1], want):
-            _check_close(tester, name, f"the lowered primitive's {label} differs from the pullback",
-                         g, w, rtol, atol, _arg(i))
-
-    rtol, atol = _lowered_tol(problem.args, y)
-    want = tuple(dense[i] for i in problem.index)
-    return _check_variants(tester, problem, "vjp", y_bar_dense, against_rule,
-                           check_jit, check_vmap, seed, rtol, atol, name, done)
-
-
 def _call_merged(prim: Any, index: tuple, full: tuple, fkwargs: dict, *dargs: Any) -> Any:
     """`prim(*full, **fkwargs)` with the arguments at `index` replaced by `dargs`."""
     return prim(*filled(full, index, dargs), **fkwargs)
@@ -1070,7 +1090,6 @@ class _VariantsSpec(NamedTuple):
     what: str  # "vjp" or "jvp"
     prim: Any
     indices: tuple
-    vmap: bool
     jit: bool  # traced into one program (else run eagerly)
 
 
@@ -1078,16 +1097,22 @@ def _batch_axes(tree: Any) -> Any:
     return jax.tree_util.tree_map(lambda leaf: 0 if is_differentiable_leaf(leaf) else None, tree)
 
 
-def _variants_body(spec: _VariantsSpec, full, fkwargs, a0, o0, a1=None, o1=None, ab=None, ob=None):
-    """The lowered primitive at (a0, o0); with vmap, instead at (a1, o1) and batched at
-    (ab, ob), whose element 0 is (a0, o0) (`_batch`): `_check_variants` takes that element
+def _pair(fn: Callable, a0: Any, a1: Any, other: Any) -> Any:
+    """`fn` under jax.vmap over a batch of two points: (a0, other) and (a1, 2 other), the seed
+    doubled so that the two differ in it even where a1 is a0."""
+    return jax.vmap(fn, in_axes=(_batch_axes(a0), _batch_axes(other)))(_stacked(a0, a1), _stacked(other, _doubled(other)))
+
+
+def _variants_body(spec: _VariantsSpec, full, fkwargs, a0, o0, a1=None):
+    """The lowered primitive at (a0, o0); given jax.vmap's second point a1, instead at
+    (a1, 2 o0) and batched over both (`_pair`): `_check_variants` takes the batch's element 0
     for the point itself, one evaluation of the rule fewer (a quarter of the vmap check's
     work at 10^6 elements)."""
     fn = functools.partial(_LOWERED[spec.what], spec.prim, spec.indices, full, fkwargs)
-    if not spec.vmap:
+    if a1 is None:
         return fn(a0, o0)
     once = jax.jit(fn) if spec.jit else fn  # traced once for both uses (a pjit in the program)
-    return once(a1, o1), jax.vmap(once, in_axes=(_batch_axes(a0), _batch_axes(o0)))(ab, ob)
+    return once(a1, _doubled(o0)), _pair(once, a0, a1, o0)
 
 
 def _variants_runner(spec: _VariantsSpec) -> Callable:
@@ -1095,16 +1120,6 @@ def _variants_runner(spec: _VariantsSpec) -> Callable:
     else eager."""
     body = functools.partial(_variants_body, spec)
     return functools.partial(run_compiled, body) if spec.jit else body
-
-
-def _variants_at(run: Callable, vmap: bool, full, fkwargs, args, other, seed: int, scale: float) -> Any:
-    """`run` (a `_variants_body`) at (args, other); with vmap, at the second point `scale`
-    away and batched too, the batches drawn from `seed` as `_check_variants` draws them."""
-    if not vmap:
-        return run(full, fkwargs, args, other)
-    args_b, axes = _batch(args, seed + 3, scale, relative=True)
-    other_b, other_axes = _batch(other, seed + 4)
-    return run(full, fkwargs, args, other, _slice(args_b, axes, 1), _slice(other_b, other_axes, 1), args_b, other_b)
 
 
 def _apply(f: Any, *args: Any, **kwargs: Any) -> Any:
@@ -1153,53 +1168,6 @@ def _calls_custom_vjp(jaxpr: Any) -> bool:
     return False
 
 
-def _check_variants(tester, problem, what, other, against_rule, check_jit, check_vmap,
-                    seed, rtol, atol, name, done=None) -> list[str]:
-    """The lowered primitive's `jax.{what}` at `(problem.args, other)` under `jax.jit`
-    (eagerly with `check_jit=False`), then under `jax.vmap`.
-
-    It must equal the rule (`against_rule(label, result)` fails otherwise). With vmap, a batch
-    of two points must equal the primitive looped over them; the batch's element 0 is the
-    point itself, so it is what is compared with the rule (evaluated alone only if that
-    fails, to say whether jit or vmap is wrong). With jit on, one compiled program evaluates
-    it at the second point and batched: one compilation, reused by a later call that traces
-    to the same program, where eager evaluation would compile each operation of the rule
-    again in every context JAX evaluates it in. The second point is
-    the first moved slightly; if f is not finite there where it is at the first (arccos near
-    1), a shorter move is tried, by the same program. `done`: from the rule's program
-    (`_lowered_in_program`), the result without vmap, else `(second, batched)` as a function
-    of the scale (`_vmap_points`).
-    """
-    label = f"jax.jit(jax.{what})" if check_jit else f"jax.{what}"
-    spec = _VariantsSpec(what, _primitive_for(problem), tuple(problem.index), check_vmap, check_jit)
-    run = _variants_runner(spec)
-    full, fkwargs, args = problem.primals, problem.fkwargs, problem.args
-    if not check_vmap:
-        against_rule(label, done if done is not None else run(full, fkwargs, args, other))
-        return [label]
-    want = None
-    at = done or functools.partial(_variants_at, run, True, full, fkwargs, args, other, seed)
-    for scale in _VMAP_STEPS:
-        second, batched = at(scale)
-        if want is None:
-            first = jax.tree_util.tree_map(lambda b: _host(b)[0], batched)  # at (args, other)
-            try:
-                against_rule(label, first)
-            except AssertionError:  # under jit alone, or only batched? Evaluate it alone to say which
-                alone = _variants_runner(spec._replace(vmap=False))(full, fkwargs, args, other)
-                against_rule(label, alone)
-                _check_close(tester, name, "jax.vmap: batched differs from looped (batch element 0)",
-                             first, alone, rtol, atol)
-                raise
-            want = _finite_pattern(first)
-        got = _finite_pattern(second)  # the second point must stay where f is defined
-        if len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(got, want)):
-            break
-    _check_close(tester, name, "jax.vmap: batched differs from looped (batch element 1)",
-                 jax.tree_util.tree_map(lambda b: _host(b)[1], batched), second, rtol, atol)
-    return [label, "jax.vmap"]
-
-
 def _check_forward_by_transposition(tester, name, problem, y_bar_dense, y, dense, check_jit=True,
                                     done=None) -> list[str]:
     """Without an frule, forward mode transposes the pullback: `<y_bar, J x_dot> == <J^T y_bar, x_dot>`.
@@ -1214,7 +1182,7 @@ def _check_forward_by_transposition(tester, name, problem, y_bar_dense, y, dense
             return []
         y_dot = done[1]
     else:
-        run = _variants_runner(_VariantsSpec("jvp", _primitive_for(problem), tuple(problem.index), False, check_jit))
+        run = _variants_runner(_VariantsSpec("jvp", _primitive_for(problem), tuple(problem.index), check_jit))
         try:
             _, y_dot = run(problem.primals, problem.fkwargs, problem.args, problem.tangents)
         except ForwardModeError:
@@ -1397,8 +1365,8 @@ class _FruleTest(_Test):
             if done is not None and self.check_vmap:
                 done = _vmap_points(self, done, lambda there: (there.y, _doubled(there.y_dot_dense))) \
                     if self.vmap_in_program else None
-            self.checks += _lowered(self.tester, self.name, _check_lowered_jvp, self.problem, self.ev.y_dot_dense,
-                                    self.ev.y, self.check_jit, self.check_vmap, self.seed, done)
+            self.checks += _lowered(self.tester, self.name, lambda: self.check_variants(
+                self.problem, "jvp", self.problem.tangents, [self.ev.y_dot_dense], done))
 
     def check_transposition(self) -> None:
         if self.ev.transposed is not None:
@@ -1442,16 +1410,6 @@ def _check_transposition(tester, name, problem, transposed, y_dot_dense, rtol, a
               got=f"<rrule(y_bar), x_dot> = {rhs:.12g}",
               fix="one of the two rules is wrong (check conj() in the rrule of complex functions)")
     return ["frule/rrule transposition"]
-
-
-def _check_lowered_jvp(tester, name, problem, y_dot_dense, y, check_jit, check_vmap, seed, done=None) -> list[str]:
-    def against_rule(label, result):
-        _check_close(tester, name, f"the lowered primitive's {label} differs from the frule", result[1],
-                     y_dot_dense, rtol, atol, "the output")
-
-    rtol, atol = _lowered_tol(problem.args, y)
-    return _check_variants(tester, problem, "jvp", problem.tangents, against_rule,
-                           check_jit, check_vmap, seed, rtol, atol, name, done)
 
 
 # ----- test_scalar ----------------------------------------------------------------------------
