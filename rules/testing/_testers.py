@@ -627,7 +627,10 @@ class _Test:
     table: Any = None  # the registry of the tester's kind of rule
     body: Callable  # the rule and its checks, traced into one program (`_rrule_body`, `_frule_body`)
     spec: Any  # fixed while `body` is traced
+    inputs: tuple  # `body`'s arguments after `spec` (its partner added by `_arguments`)
     lowers = transposition = False  # `_InProgram`'s: whether its checks can be traced into `body`
+    derivative = ""  # what the rule gives, in messages
+    derivatives: Callable[[Any], list]  # (argument, value) of each derivative in a result of `body`
 
     def __init__(self, f, args, fkwargs, given, *, rtol, atol, fdm, check_jit, check_vmap, seed, **options):
         self.start = time.perf_counter()
@@ -691,6 +694,28 @@ class _Test:
             _check_close(self.tester, self.name, "InplaceableThunk: add_fn(acc) differs from acc + val",
                          added, plain, 1e-10, 1e-12, _arg(i, path))
 
+    def _central_or_sided(self, got: Any, estimate: Callable[[FDMethod], Any]) -> Any:
+        """`estimate(fdm)`; where the rule's `got` differs from it, f may not be smooth here (a
+        C1 joint): each entry the nearest of it and the one-sided estimates (`_nearest_sided`)."""
+        expected = estimate(self.fdm)
+        if compare_trees(got, expected, self.rtol, self.atol, True, True)[1]:
+            expected, sided = _nearest_sided(got, expected, [estimate(other) for other in _sided(self.fdm)])
+            if sided:
+                self.checks.append(f"one-sided finite differences at {sided} entries (f is not smooth there)")
+        return expected
+
+    def _traced_like_eager(self) -> None:
+        """After a failed check of the rule's compiled program: fail saying so if the rule gives
+        other values eagerly (a code path taken only when traced)."""
+        if not self.compiled:
+            return
+        rtol, atol = _lowered_tol(self.problem.args, self.ev.y)
+        for (argument, traced), (_, eager) in zip(self.derivatives(self.ev),
+                                                  self.derivatives(self.body(self.spec, *self.inputs))):
+            _check_close(self.tester, self.name, f"{self.derivative} differs under jax.jit from its eager value (the "
+                         "rule takes another path when traced; only one of the two can match finite differences)",
+                         traced, eager, rtol, atol, argument)
+
     def check_variants(self, problem: _Problem, what: str, other: Any, want: list, done: Any = None) -> list[str]:
         """The lowered primitive's `jax.{what}` at `(problem.args, other)` under `jax.jit`
         (eagerly with `check_jit=False`), then under `jax.vmap`; it must give `want`, the
@@ -749,6 +774,11 @@ class _RruleTest(_Test):
     """One `test_rrule` call, over its `_RruleResult`."""
 
     tester, kind, table, body = "test_rrule", "rrule", rrule, staticmethod(_rrule_body)
+    derivative = "the pullback's cotangent"
+
+    @staticmethod
+    def derivatives(ev: _RruleResult) -> list:
+        return [(_arg(i), value) for i, value in ev.dense.items()]
 
     def _prepare(self, given, f_dot, primals, tangents, fkwargs, *, output_tangent, check_thunked, mode):
         problem = self.problem
@@ -790,24 +820,15 @@ class _RruleTest(_Test):
                 self.worst = _fast_check(self.tester, self.name, checked, self.fdm, args64, y_bar64, got,
                                          self.rtol, self.atol)
         except AssertionError:
-            if self.compiled:  # a rule wrong only when traced is reported as that
-                eager = _rrule_body(self.spec, *self.inputs).dense
-                for i in ev.dense:
-                    _check_traced_like_eager(self.tester, self.name, "the pullback's cotangent", ev.dense[i],
-                                             eager[i], problem, ev.y, _arg(i))
+            self._traced_like_eager()
             raise
         self.checks.append(f"finite differences ({self.mode})")
 
     def _exact(self, checked: _Problem, args64: tuple, y_bar64: Any, got: dict) -> None:
         """J^T y_bar entry by entry, one-sided estimates too where the central one differs."""
-        m, rtol, atol = self.fdm, self.rtol, self.atol
-        expected = fd_vjp(m, checked.raw_fn, y_bar64, args64)
-        got_all = tuple(got[i] for i in checked.index)
-        if compare_trees(got_all, expected, rtol, atol, True, True)[1]:  # f not smooth here? (a C1 joint)
-            expected, sided = _nearest_sided(got_all, expected, [
-                fd_vjp(other, checked.raw_fn, y_bar64, args64) for other in _sided(m)])
-            if sided:
-                self.checks.append(f"one-sided finite differences at {sided} entries (f is not smooth there)")
+        rtol, atol = self.rtol, self.atol
+        expected = self._central_or_sided(tuple(got[i] for i in checked.index),
+                                          lambda m: fd_vjp(m, checked.raw_fn, y_bar64, args64))
         for i, exp in zip(checked.index, expected):
             g, x, mask = got[i], self.problem.primal(i), self.ev.masks.get(i)
             if mask:
@@ -901,52 +922,41 @@ def _fast_check(tester, name, problem, m, args64, y_bar64, dense, rtol, atol) ->
     t -> <y_bar, f(x + t x_dot)>, reduced on the device. Only when the check fails are the
     two parts probed apart, to say which one the rule gets wrong.
     """
-    def probe(k, x_dot):
-        zeros = lambda a: jax.tree_util.tree_map(jnp.zeros_like, a)  # noqa: E731
-        return tuple(x_dot if j == k else zeros(a) for j, a in enumerate(args64))
-
     def combination(trees, coefficients):
-        def leaf(*vs):
-            if not is_differentiable_leaf(vs[0]):
-                return vs[0]
-            return sum(np.asarray(v) * c for v, c in zip(vs, coefficients))
+        return jax.tree_util.tree_map(lambda *vs: sum(np.asarray(v) * c for v, c in zip(vs, coefficients))
+                                      if is_differentiable_leaf(vs[0]) else vs[0], *trees)
 
-        return jax.tree_util.tree_map(leaf, *trees)
+    def probes(items):
+        """(lhs, rhs, relative error, failed) per (k, own, x_dot); one trace of f for all."""
+        zeros = [jax.tree_util.tree_map(jnp.zeros_like, a) for a in args64]
+        directions = [tuple(d if j == k else z for j, z in enumerate(zeros)) for k, _, d in items]
+        out = []
+        for (_, own, d), lhs in zip(items, _fd_inner_jvps(tester, m, problem.raw_fn, args64, directions, y_bar64)):
+            rhs, scale = _real_inner(own, d)
+            scale = max(scale, abs(lhs), 1e-300)
+            out.append((lhs, rhs, abs(lhs - rhs) / scale, abs(lhs - rhs) > atol + rtol * scale))
+        return out
 
-    parts = []
+    parts = []  # per argument: (k, i, own, [(label, trees, coefficients)]), the direction checked first
     for k, i in enumerate(problem.index):
         own, rnd = _upcast(dense[i]), _upcast(problem.tangents[k])
         own_norm, rnd_norm = _tree_norm(own), max(_tree_norm(rnd), 1e-300)
-        # the two parts on their own, made only if the combination fails
-        labelled = [("a random direction", lambda rnd=rnd, c=1 / rnd_norm: combination([rnd], [c]))]
-        if own_norm > 0:
-            labelled.insert(0, ("the rule's own cotangent", lambda own=own, c=1 / own_norm: combination([own], [c])))
-            both = combination([own, rnd], [1 / own_norm**2, 1 / (own_norm * rnd_norm)])
-            parts.append((k, i, own, "the rule's own cotangent plus a random direction", both, labelled))
-        else:
-            parts.append((k, i, own, labelled[0][0], labelled[0][1](), []))
-
-    def errors(items):
-        """(label, lhs, rhs, error, scale) per (k, own, label, x_dot); one trace of f for all."""
-        directions = [probe(k, x_dot) for k, _, _, x_dot in items]
-        lhs_all = _fd_inner_jvps(tester, m, problem.raw_fn, args64, directions, y_bar64)
-        out = []
-        for (k, own, label, x_dot), lhs in zip(items, lhs_all):
-            rhs, scale = _real_inner(own, x_dot)
-            scale = max(scale, abs(lhs), 1e-300)
-            out.append((label, lhs, rhs, abs(lhs - rhs) / scale, scale))
-        return out
-
+        labelled: list[tuple[str, tuple, tuple]] = [("a random direction", (rnd,), (1 / rnd_norm,))]
+        if own_norm > 0:  # the two parts apart follow the combination, probed only if it fails
+            labelled = [("the rule's own cotangent plus a random direction", (own, rnd),
+                         (1 / own_norm**2, 1 / (own_norm * rnd_norm))),
+                        ("the rule's own cotangent", (own,), (1 / own_norm,)), *labelled]
+        parts.append((k, i, own, labelled))
     worst = 0.0
-    checked = errors([(k, own, label, x_dot) for k, _, own, label, x_dot, _ in parts])
-    for (k, i, own, _, _, labelled), (label, lhs, rhs, err, scale) in zip(parts, checked):
+    checked = probes([(k, own, combination(*labelled[0][1:])) for k, _, own, labelled in parts])
+    for (k, i, own, labelled), (lhs, rhs, err, failed) in zip(parts, checked):
         worst = max(worst, err)
-        if abs(lhs - rhs) <= atol + rtol * scale:
+        if not failed:
             continue
-        # Which part fails? Report the first that does on its own, else the combination.
-        for apart in errors([(k, own, lab, make()) for lab, make in labelled]):
-            if abs(apart[1] - apart[2]) > atol + rtol * apart[4]:
-                label, lhs, rhs, err, _ = apart
+        label = labelled[0][0]  # which part fails? The first that does on its own, else the combination
+        for (part, *_), apart in zip(labelled[1:], probes([(k, own, combination(*l[1:])) for l in labelled[1:]])):
+            if apart[3]:
+                label, (lhs, rhs, err, _) = part, apart
                 break
         _fail(tester, name, f"cotangent does not match finite differences along {label}",
               argument=_arg(i),
@@ -1029,15 +1039,6 @@ def _inplaceable_sums(tester, name, i, part: InplaceableThunk, path: Any) -> tup
               argument=_arg(i, jax.tree_util.keystr(path)))
     acc = jnp.asarray(rand_tangent(leaf_like, seed=7))
     return part.add_fn(acc), acc + unthunk(part.val)
-
-
-def _check_traced_like_eager(tester, name, what, traced, eager, problem, y, argument) -> None:
-    """After a failed check of a rule evaluated under `jax.jit`: fail saying so if the rule
-    gives other values eagerly (a code path taken only when traced)."""
-    rtol, atol = _lowered_tol(problem.args, y)
-    _check_close(tester, name, f"{what} differs under jax.jit from its eager value (the rule takes another "
-                 "path when traced; only one of the two can match finite differences)",
-                 traced, eager, rtol, atol, argument)
 
 
 def _doubled(tree: Any) -> Any:
@@ -1307,6 +1308,11 @@ class _FruleTest(_Test):
     """One `test_frule` call, over its `_FruleResult`."""
 
     tester, kind, table, body = "test_frule", "frule", frule, staticmethod(_frule_body)
+    derivative = "the frule's tangent"
+
+    @staticmethod
+    def derivatives(ev: _FruleResult) -> list:
+        return [("the output", ev.y_dot_dense)]
 
     def _prepare(self, given, f_dot, primals, tangents, fkwargs):
         problem = self.problem
@@ -1331,28 +1337,21 @@ class _FruleTest(_Test):
     def check_finite_differences(self) -> None:
         """J x_dot by finite differences in float64: a step per coordinate up to 256 elements,
         compared entry by entry; along x_dot above."""
-        ev, problem, m = self.ev, self.problem, self.fdm
+        ev, problem = self.ev, self.problem
         args64, tangents64 = _upcast(problem.args), _upcast(problem.tangents)
         exact = problem.size() <= EXACT_MODE_LIMIT
         got = mask_leaves(ev.y_dot_dense, ev.mask, ev.y)
         if exact:
-            expected = _fd_jvp_by_coordinates(m, problem.raw_fn, args64, tangents64)
-            if compare_trees(got, mask_leaves(expected, ev.mask, ev.y), self.rtol, self.atol, True, True)[1]:
-                expected, sided = _nearest_sided(got, expected, [  # f not smooth here?
-                    _fd_jvp_by_coordinates(other, problem.raw_fn, args64, tangents64) for other in _sided(m)])
-                if sided:
-                    self.checks.append(f"one-sided finite differences at {sided} entries (f is not smooth there)")
+            expected = self._central_or_sided(got, lambda m: mask_leaves(
+                _fd_jvp_by_coordinates(m, problem.raw_fn, args64, tangents64), ev.mask, ev.y))
         else:
-            expected = _fd_jvps("fd_jvp", m, problem.raw_fn, args64, [tangents64], None)[0]
+            expected = _fd_jvps("fd_jvp", self.fdm, problem.raw_fn, args64, [tangents64], None)[0]
         try:
             self.worst = _check_close(self.tester, self.name, "tangent does not match finite differences", got,
                                       mask_leaves(expected, ev.mask, ev.y), self.rtol, self.atol, "the output",
                                       entrywise=exact)
         except AssertionError:
-            if self.compiled:  # a rule wrong only when traced is reported as that
-                eager = _frule_body(self.spec, *self.inputs).y_dot_dense
-                _check_traced_like_eager(self.tester, self.name, "the frule's tangent", ev.y_dot_dense, eager,
-                                         problem, ev.y, "the output")
+            self._traced_like_eager()
             raise
         self.checks.append("finite differences")
 
