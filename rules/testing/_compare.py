@@ -319,6 +319,11 @@ def _show(x: Any) -> str:
     return text.replace("\n", "\n            ")
 
 
+def leaf_at(tree: Any, path: str) -> Any:
+    """The leaf of `tree` at `path` (as `jax.tree_util.keystr` writes it)."""
+    return dict((jax.tree_util.keystr(p), v) for p, v in jax.tree_util.tree_flatten_with_path(tree)[0])[path]
+
+
 def test_approx(actual: Any, expected: Any, msg: str = "", *, rtol: float | None = None, atol: float | None = None) -> None:
     """Assert two tangents are approximately equal, whatever their forms.
 
@@ -343,30 +348,39 @@ def test_approx(actual: Any, expected: Any, msg: str = "", *, rtol: float | None
         return _not_implemented_alike(actual, expected, msg)
     if isinstance(expected, (Tangent, AbstractZero)) and not isinstance(actual, (Tangent, AbstractZero)):
         actual, expected = expected, actual
+    if not _by_fields(actual, expected, msg, rtol, atol):
+        _approx_arrays(actual, expected, msg, rtol, atol)
+
+
+def _by_fields(actual: Any, expected: Any, msg: str, rtol: float | None, atol: float | None) -> bool:
+    """`test_approx` of zeros and `Tangent`s: whether it is done (two zeros, a zero against a
+    Tangent, two Tangents, compared field by field); a Tangent against a plain pytree of
+    another type fails (ChainRulesTestUtils: a tuple is not a Tangent of a NamedTuple)."""
     if isinstance(expected, AbstractZero) and isinstance(actual, AbstractZero):
-        return
+        return True
     if isinstance(expected, AbstractZero) or isinstance(actual, AbstractZero):
         tangent = actual if isinstance(expected, AbstractZero) else expected
         if isinstance(tangent, Tangent):  # a zero against a Tangent: every field must be zero
             for key, value in tangent.items():
                 test_approx(value, ZeroTangent(), f"{msg} (field {key!r})".strip(), rtol=rtol, atol=atol)
-            return
+            return True
     if isinstance(actual, Tangent) and not isinstance(expected, Tangent) and _is_node(expected):
-        # a Tangent against a plain pytree: only of the pytree's own type (ChainRulesTestUtils:
-        # a tuple is not a Tangent of a NamedTuple or a struct)
         if not isinstance(expected, actual.primal_type) or type(expected) is not actual.primal_type:
             raise AssertionError(
                 "test_approx: a Tangent of another type" + (f": {msg}" if msg else "")
                 + f"\n  expected: {type(expected).__name__} {expected!r}\n  got:      {actual!r}"
             )
-    like = expected
-    if isinstance(expected, Tangent):  # both Tangents: compare field by field
-        if not isinstance(actual, Tangent) or actual.primal_type is not expected.primal_type:
-            raise AssertionError(f"test_approx: {msg}\n  expected {expected!r}\n  got      {actual!r}")
-        keys = set(dict(expected.items())) | set(dict(actual.items()))
-        for key in keys:
-            test_approx(actual[key], expected[key], f"{msg} (field {key!r})", rtol=rtol, atol=atol)
-        return
+    if not isinstance(expected, Tangent):
+        return False
+    if not isinstance(actual, Tangent) or actual.primal_type is not expected.primal_type:
+        raise AssertionError(f"test_approx: {msg}\n  expected {expected!r}\n  got      {actual!r}")
+    for key in set(dict(expected.items())) | set(dict(actual.items())):
+        test_approx(actual[key], expected[key], f"{msg} (field {key!r})", rtol=rtol, atol=atol)
+    return True
+
+
+def _approx_arrays(actual: Any, like: Any, msg: str, rtol: float | None, atol: float | None) -> None:
+    """`test_approx` of a pytree (or a Tangent of one, made dense) against a pytree `like`."""
     try:
         skip = not_implemented_mask(actual, like)  # leaves a NotImplementedTangent covers
         actual = mask_leaves(dense_like(without_not_implemented(actual), like, name="test_approx"), skip, like)
@@ -382,12 +396,9 @@ def test_approx(actual: Any, expected: Any, msg: str = "", *, rtol: float | None
     )
     _, bad = compare_trees(actual, like, rtol, atol)
     if bad:
-        a_leaf = dict((jax.tree_util.keystr(p), v) for p, v in jax.tree_util.tree_flatten_with_path(actual)[0])
-        e_leaf = dict((jax.tree_util.keystr(p), v) for p, v in jax.tree_util.tree_flatten_with_path(like)[0])
-        where = bad[0] or "<root>"
         raise AssertionError(
-            f"test_approx: the values differ at leaf {where}" + (f": {msg}" if msg else "")
-            + f"\n  expected: {_show(e_leaf[bad[0]])}\n  got:      {_show(a_leaf[bad[0]])}"
+            f"test_approx: the values differ at leaf {bad[0] or '<root>'}" + (f": {msg}" if msg else "")
+            + f"\n  expected: {_show(leaf_at(like, bad[0]))}\n  got:      {_show(leaf_at(actual, bad[0]))}"
             + f"\n  (rtol={rtol:g}, atol={atol:g})"
         )
 

@@ -45,6 +45,7 @@ from ._compare import (
     rand_tangent,
     _norm,
     host_dot,
+    leaf_at,
     random_values,
     test_approx,
     without_not_implemented,
@@ -351,15 +352,13 @@ def _check_close(tester, name, what, got, expected, rtol, atol, argument=None, e
     `entrywise`: by the largest entry, not the 2-norm (`_compare._leaf_error`)."""
     worst, bad = compare_trees(got, expected, rtol, atol, equal_nan=True, entrywise=entrywise)
     if bad:
-        g = dict((jax.tree_util.keystr(p), v) for p, v in jax.tree_util.tree_flatten_with_path(got)[0])
-        e = dict((jax.tree_util.keystr(p), v) for p, v in jax.tree_util.tree_flatten_with_path(expected)[0])
         path = bad[0]
         where = argument if path == "" else (f"{argument} at path {path}" if argument else f"leaf {path}")
         _fail(
             tester, name, what,
             argument=where,
-            expected=np.array2string(np.asarray(e[path]), precision=10, threshold=12).replace("\n", " "),
-            got=np.array2string(np.asarray(g[path]), precision=10, threshold=12).replace("\n", " ")
+            expected=np.array2string(np.asarray(leaf_at(expected, path)), precision=10, threshold=12).replace("\n", " "),
+            got=np.array2string(np.asarray(leaf_at(got, path)), precision=10, threshold=12).replace("\n", " ")
             + f"  (relative error {worst:.3g}; rtol={rtol:g}, atol={atol:g})",
         )
     return worst
