@@ -568,10 +568,17 @@ def extrapolate_fdm(
         estimates = m._estimate(values.T, steps)
         # The newest row's roundoff reaches the extrapolated value almost unscaled.
         noise = _EPS * m.factor * m._roundoff * np.max(np.abs(values), axis=1) / steps**m.q
-    exponents = m._error_exponents(max_eval - 1)
+    return _neville(estimates, noise, m._error_exponents(max_eval - 1), contract, rtol, atol, breaktol)
+
+
+def _neville(estimates: np.ndarray, noise: np.ndarray, exponents: list[int], contract: float,
+             rtol: float, atol: float, breaktol: float) -> tuple[float, float]:
+    """`extrapolate_fdm`'s tableau: row i eliminates the powers `exponents` of the step from
+    the estimates at steps contracted i times; returns the entry with the smallest error
+    estimate (see `extrapolate_fdm` for when the walk stops)."""
     best, best_err = float(estimates[0]), math.inf
     previous = [estimates[0]]
-    for i in range(1, max_eval):
+    for i in range(1, len(estimates)):
         row = [estimates[i]]
         for k in range(1, i + 1):  # eliminate the h^exponents[k-1] term
             ratio = contract ** -exponents[k - 1]
