@@ -428,7 +428,7 @@ def _lowered_in_program(spec: _InProgram, what: str, ps: tuple, fkwargs: dict, i
     fn = functools.partial(_LOWERED[what], spec.prim, idx, ps, fkwargs)
     try:
         result = _pair(fn, a0, tuple((partner or {})[i] for i in idx), other) if spec.vmap else fn(a0, other)
-    except Exception:  # noqa: BLE001 - `_check_variants` runs it on its own and reports why
+    except Exception:  # noqa: BLE001 - `_Test.check_variants` runs it on its own and reports why
         return None
     forward: tuple | None = None
     if spec.transposition:
@@ -1045,7 +1045,7 @@ def _doubled(tree: Any) -> Any:
 
 
 def _vmap_points(test: Any, first: Any, unbatched: Callable) -> Callable[[float], tuple]:
-    """`_check_variants`' evaluation of the jax.vmap check from a rule's program (`test`: a
+    """`_Test.check_variants`' evaluation of the jax.vmap check from a rule's program (`test`: a
     `_RruleTest` or `_FruleTest`): at the second point `scale` away, `(unbatched, batched)`.
     Batched is the lowered primitive over both points, the second's seed doubled (`first`,
     from the first evaluation, at the first scale); unbatched at the second point is the
@@ -1105,7 +1105,7 @@ def _pair(fn: Callable, a0: Any, a1: Any, other: Any) -> Any:
 
 def _variants_body(spec: _VariantsSpec, full, fkwargs, a0, o0, a1=None):
     """The lowered primitive at (a0, o0); given jax.vmap's second point a1, instead at
-    (a1, 2 o0) and batched over both (`_pair`): `_check_variants` takes the batch's element 0
+    (a1, 2 o0) and batched over both (`_pair`): `_Test.check_variants` takes the batch's element 0
     for the point itself, one evaluation of the rule fewer (a quarter of the vmap check's
     work at 10^6 elements)."""
     fn = functools.partial(_LOWERED[spec.what], spec.prim, spec.indices, full, fkwargs)
