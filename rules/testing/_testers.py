@@ -444,9 +444,22 @@ def _lowered_in_program(spec: _InProgram, what: str, ps: tuple, fkwargs: dict, i
     return idx, result, forward
 
 
+def _on_host(a: Any) -> Any:
+    """A concrete JAX array as NumPy (each eager jax.numpy operation on it would dispatch, and
+    compile once per shape); a tracer, NumPy array or Python number as it is."""
+    return np.asarray(a) if isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer) else a
+
+
 def _stacked(t0: Any, t1: Any) -> Any:
-    """Two points as a batch of two along the differentiable leaves (the others kept)."""
-    return jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]) if is_differentiable_leaf(a) else a, t0, t1)
+    """Two points as a batch of two along the differentiable leaves (the others kept), in
+    NumPy where both are concrete arrays."""
+    def stack(a, b):
+        if not is_differentiable_leaf(a):
+            return a
+        a, b = _on_host(a), _on_host(b)
+        return np.stack([a, b]) if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) else jnp.stack([a, b])
+
+    return jax.tree_util.tree_map(stack, t0, t1)
 
 
 def _partner(problem: _Problem, seed: int, scale: float) -> dict:
@@ -1041,7 +1054,14 @@ def _inplaceable_sums(tester, name, i, part: InplaceableThunk, path: Any) -> tup
 
 
 def _doubled(tree: Any) -> Any:
-    return jax.tree_util.tree_map(lambda a: 2 * a if is_differentiable_leaf(a) else a, tree)
+    """The differentiable leaves times 2, in NumPy (dtype kept) where they are concrete arrays."""
+    def double(a):
+        if not is_differentiable_leaf(a):
+            return a
+        a = _on_host(a)
+        return (a * 2).astype(a.dtype, copy=False) if isinstance(a, np.ndarray) else 2 * a
+
+    return jax.tree_util.tree_map(double, tree)
 
 
 def _vmap_points(test: Any, first: Any, unbatched: Callable) -> Callable[[float], tuple]:
