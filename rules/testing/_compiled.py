@@ -1,17 +1,7 @@
 """Compiled evaluations for the testers: the code is traced on every call, and only a
-compiled executable is reused, keyed by the whole lowered program.
-
-Evaluated eagerly, every operation of a rule compiles on its own (per shape, dtype and the
-context JAX runs it in): a linear-algebra rule and its pullback cost about a hundred small
-compilations, each as slow as one program holding all of them. The testers therefore trace
-each check (the rule and its conventions, the lowered primitive under jit and vmap) into one
-program and compile it. Every call traces anew, so the Python of the check (the rule, its
-helpers, whatever they read: globals, files, the environment) runs every time and the code
-as it is now is what is checked. What is reused is the compilation only, looked up by the
-lowered module (`_key`): its text holds every operation and every constant, nested ones
-included, so a program that computes anything else has another key. What the text does not
-show (which Python function a host callback calls) is not reused at all. A program is
-compiled from its one trace, so nothing is traced twice.
+compiled executable is reused, keyed by the whole lowered program (`_key`); a program that
+calls back into Python is never reused. Why one program per check, and why this is never
+stale: rules/testing/README.md.
 """
 
 from __future__ import annotations
@@ -38,9 +28,7 @@ def _is_small(leaves: list) -> bool:
     """Fewer than `_OPTIMIZED_FROM` input elements: compiling costs more than running."""
     return sum(int(np.size(leaf)) for leaf in leaves) < _OPTIMIZED_FROM
 
-# XLA:CPU debug options for programs compiled quickly, each measured on the library's
-# check programs (948 of them): 115 ms per compilation with none, 98 ms at optimization
-# level 0, 43 ms with all three.
+# XLA:CPU debug options for small programs, compiled quickly (measured: rules/testing/README.md)
 _QUICK_OPTIONS: dict[str, Any] = {
     "xla_backend_optimization_level": 0,  # no LLVM optimization of the generated code
     "xla_cpu_use_fusion_emitters": False,  # fused element-wise loops by the elemental emitter
@@ -230,12 +218,7 @@ class jit:
     argument signature, kept while the object lives, so only functions whose behaviour is
     fixed when made may be wrapped: the finite differences' evaluations of one traced
     jaxpr) and, across objects, `compiled`'s: another object that traces to the same
-    program runs the kept executable. Small programs on CPU compile with `_QUICK_OPTIONS`:
-    XLA's passes over the program are kept (what it computes, in which precision); the CPU
-    code is generated without LLVM optimization, by the elemental loop emitter, in one
-    module, 2.5x faster to compile (`benchmarks/check.py`) and equal to the last bits of a
-    transcendental function. From `_OPTIMIZED_FROM` input elements on, running costs more
-    than compiling, and the default options are used.
+    program runs the kept executable. Small programs on CPU compile with `_QUICK_OPTIONS`.
     """
 
     def __init__(self, fn: Callable):

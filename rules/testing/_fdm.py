@@ -163,42 +163,7 @@ class FDMethod:
     _truncation: float = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        name = "FDMethod.from_grid" if self.kind == "custom" else f"{self.kind}_fdm"
-        if self.kind not in ("central", "forward", "backward", "custom"):
-            raise ValueError(
-                "`FDMethod`: `kind` must be 'central', 'forward', 'backward' or 'custom', got "
-                f"{self.kind!r}."
-            )
-        for arg in ("p", "q", "adapt"):
-            value = getattr(self, arg)
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(f"`{name}`: `{arg}` must be an int, got {value!r}.")
-        if self.q < 0:
-            raise ValueError(f"`{name}`: the derivative order `q` must be >= 0, got q={self.q}.")
-        if self.p <= self.q:
-            example = (
-                "FDMethod.from_grid((-1, 0, 1), 1)" if self.kind == "custom" else f"{name}({self.q + 2}, {self.q})"
-            )
-            raise ValueError(
-                f"`{name}`: need more grid points than the derivative order (p > q), got "
-                f"p={self.p}, q={self.q}; use p >= {self.q + 1}, e.g. {example}."
-            )
-        if self.adapt < 0:
-            raise ValueError(f"`{name}`: `adapt` must be >= 0, got {self.adapt}.")
-        if not self.max_range >= 0:
-            raise ValueError(f"`{name}`: `max_range` must be >= 0, got {self.max_range!r}.")
-        if not 0 < self.factor < math.inf:
-            raise ValueError(
-                f"`{name}`: `factor` must be positive and finite, got {self.factor!r}."
-            )
-        if self.kind == "custom":
-            grid = self.custom_grid
-            if grid is None or len(grid) != self.p:
-                raise ValueError(f"`{name}`: a custom method needs its grid of p={self.p} points.")
-        else:
-            if self.custom_grid is not None:
-                raise ValueError(f"`{name}`: only kind 'custom' takes a grid; use FDMethod.from_grid.")
-            grid = _make_grid(self.kind, self.p)
+        grid = self._checked_grid()
         exact = _exact_coefs(grid, self.q)
         set_ = object.__setattr__
         set_(self, "grid", grid)
@@ -215,10 +180,39 @@ class FDMethod:
         truncation = sum(abs(c * Fraction(g) ** self.p) for g, c in used)
         set_(self, "_truncation", float(truncation / math.factorial(self.p)))
 
+    def _checked_grid(self) -> tuple[int, ...]:
+        """The method's grid, after checking its parameters (errors name the constructor)."""
+        name = "FDMethod.from_grid" if self.kind == "custom" else f"{self.kind}_fdm"
+        if self.kind not in ("central", "forward", "backward", "custom"):
+            raise ValueError(f"`FDMethod`: `kind` must be 'central', 'forward', 'backward' or 'custom', "
+                             f"got {self.kind!r}.")
+        for arg in ("p", "q", "adapt"):
+            value = getattr(self, arg)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"`{name}`: `{arg}` must be an int, got {value!r}.")
+        if self.q < 0:
+            raise ValueError(f"`{name}`: the derivative order `q` must be >= 0, got q={self.q}.")
+        if self.p <= self.q:
+            example = "FDMethod.from_grid((-1, 0, 1), 1)" if self.kind == "custom" else f"{name}({self.q + 2}, {self.q})"
+            raise ValueError(f"`{name}`: need more grid points than the derivative order (p > q), got "
+                             f"p={self.p}, q={self.q}; use p >= {self.q + 1}, e.g. {example}.")
+        if self.adapt < 0:
+            raise ValueError(f"`{name}`: `adapt` must be >= 0, got {self.adapt}.")
+        if not self.max_range >= 0:
+            raise ValueError(f"`{name}`: `max_range` must be >= 0, got {self.max_range!r}.")
+        if not 0 < self.factor < math.inf:
+            raise ValueError(f"`{name}`: `factor` must be positive and finite, got {self.factor!r}.")
+        if self.kind != "custom":
+            if self.custom_grid is not None:
+                raise ValueError(f"`{name}`: only kind 'custom' takes a grid; use FDMethod.from_grid.")
+            return _make_grid(self.kind, self.p)
+        if self.custom_grid is None or len(self.custom_grid) != self.p:
+            raise ValueError(f"`{name}`: a custom method needs its grid of p={self.p} points.")
+        return self.custom_grid
+
     @classmethod
-    def from_grid(
-        cls, grid: Any, q: int, *, adapt: int = 0, max_range: float = math.inf, factor: float = 1.0
-    ) -> FDMethod:
+    def from_grid(cls, grid: Any, q: int, *, adapt: int = 0, max_range: float = math.inf,
+                  factor: float = 1.0) -> FDMethod:
         """A method on a grid of your choice, FiniteDifferences.jl's `FiniteDifferenceMethod(grid, q)`.
 
         Args:
@@ -428,9 +422,7 @@ class FDMethod:
         return exponents
 
 
-def central_fdm(
-    p: int, q: int, *, adapt: int = 1, max_range: float = math.inf, factor: float = 1.0
-) -> FDMethod:
+def central_fdm(p: int, q: int, *, adapt: int = 1, max_range: float = math.inf, factor: float = 1.0) -> FDMethod:
     """A central method: `p` points symmetric around 0 for the `q`-th derivative.
 
     Odd `p` uses -(p-1)/2..(p-1)/2; even `p` skips 0 (FiniteDifferences.jl's grid).
@@ -455,9 +447,7 @@ def central_fdm(
     return FDMethod("central", p, q, adapt, max_range, factor)
 
 
-def forward_fdm(
-    p: int, q: int, *, adapt: int = 1, max_range: float = math.inf, factor: float = 1.0
-) -> FDMethod:
+def forward_fdm(p: int, q: int, *, adapt: int = 1, max_range: float = math.inf, factor: float = 1.0) -> FDMethod:
     """A forward method: grid 0..p-1, evaluating f only at x and above.
 
     Args:
@@ -476,9 +466,7 @@ def forward_fdm(
     return FDMethod("forward", p, q, adapt, max_range, factor)
 
 
-def backward_fdm(
-    p: int, q: int, *, adapt: int = 1, max_range: float = math.inf, factor: float = 1.0
-) -> FDMethod:
+def backward_fdm(p: int, q: int, *, adapt: int = 1, max_range: float = math.inf, factor: float = 1.0) -> FDMethod:
     """A backward method: grid -(p-1)..0, evaluating f only at x and below.
 
     Args:
@@ -509,18 +497,9 @@ def _check_step(where: str, step: Any) -> float:
 # ------------------------------------------------------------------------------------------
 
 
-def extrapolate_fdm(
-    m: FDMethod,
-    f: Callable,
-    x: Any,
-    *,
-    h0: float | None = None,
-    contract: float = 0.125,
-    breaktol: float = math.inf,
-    rtol: float = 0.0,
-    atol: float = 0.0,
-    max_eval: int = 10,
-) -> tuple[float, float]:
+def extrapolate_fdm(m: FDMethod, f: Callable, x: Any, *, h0: float | None = None, contract: float = 0.125,
+                    breaktol: float = math.inf, rtol: float = 0.0, atol: float = 0.0,
+                    max_eval: int = 10) -> tuple[float, float]:
     """Estimate the q-th derivative by Richardson extrapolation of `m` to step 0.
 
     `m` is applied at steps h0, h0*contract, ..., (`max_eval` of them, one batched
@@ -598,7 +577,5 @@ def _check_method(name: str, m: Any, first_order: bool = True) -> None:
     if not isinstance(m, FDMethod):
         raise TypeError(f"`{name}`: `m` must be an FDMethod such as central_fdm(5, 1), got {m!r}.")
     if first_order and m.q != 1:
-        raise ValueError(
-            f"`{name}`: `m` must estimate a first derivative (q=1), got q={m.q}; use e.g. "
-            "central_fdm(5, 1)."
-        )
+        raise ValueError(f"`{name}`: `m` must estimate a first derivative (q=1), got q={m.q}; "
+                         "use e.g. central_fdm(5, 1).")

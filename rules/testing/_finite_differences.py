@@ -2,16 +2,13 @@
 
 The methods (`central_fdm` and the others, FiniteDifferences.jl's) are `_fdm`. `fd_jvp` picks
 a step for its direction by the method's rule, `fd_vjp` and `fd_jacobian` one per input
-coordinate. They difference any pytree function through
-`to_vec`, evaluating the whole stencil in one jitted call: f is traced once and replayed
-under `jax.vmap`, or, for a large batch along one direction, point by point through one
-compiled evaluation that reduces on the device. Every call traces f anew (f as it is now);
-an evaluation that lowers to a program compiled before reuses that compilation
-(`_compiled`), so differencing the same function again compiles nothing. Everything runs in
-float64, whatever `jax_enable_x64` says globally. Where a central stencil leaves f's domain
-(a non-finite estimate at a finite point), `_in_domain` estimates again with shorter spans
-and one-sided stencils; infinite and NaN inputs are held constant. The testers' fast mode (`_fd_inner_jvps`) estimates the p-th derivative with p + 1
-points, one evaluation of f fewer on inputs of a million elements.
+coordinate. They difference any pytree function through `to_vec`, evaluating the whole
+stencil in one jitted call: each call traces f anew, and `_compiled.jit` reuses a
+compilation only for the same program. Everything runs in float64, whatever
+`jax_enable_x64` says globally. Where a central stencil leaves f's domain (a non-finite
+estimate at a finite point), `_in_domain` estimates again with shorter spans and one-sided
+stencils; infinite and NaN inputs are held constant. How the evaluation is batched, and
+why: rules/testing/README.md.
 """
 
 from __future__ import annotations
@@ -60,13 +57,8 @@ __all__ = [
 
 PyTree = Any
 # A batch of points along a direction with up to this many elements (points x the larger of
-# input and output size) is one vmap of f, padding included, brought to the host and reduced
-# there. A larger one is evaluated point by point, each point one call of a compiled
-# function that reduces on the device (one for step selection, one for the stencil): they
-# compile as fast as the vmap (straight-line code, no loop), evaluate no padding, keep memory
-# that of one point and bring back scalars only. On a 2-core CPU this is faster from about
-# 1e5 elements (no batch to materialise and copy to the host); below, the vmap saves a
-# dispatch per point.
+# input and output size) is one vmap of f, brought to the host and reduced there; a larger
+# one is evaluated point by point, reduced on the device (why: rules/testing/README.md).
 _VMAP_ELEMENTS = 2**17
 
 
@@ -260,10 +252,8 @@ def to_vec(tree: PyTree) -> tuple[jax.Array, Callable[[Any], PyTree]]:
 
     def from_vec(v: Any) -> PyTree:
         if np.shape(v) != (layout.size,):
-            raise ValueError(
-                f"`from_vec`: expected a vector of shape ({layout.size},), as returned by "
-                f"`to_vec`, got shape {np.shape(v)}."
-            )
+            raise ValueError(f"`from_vec`: expected a vector of shape ({layout.size},), as returned by `to_vec`, "
+                             f"got shape {np.shape(v)}.")
         with _x64("from_vec"):
             return layout.unflatten(jnp.asarray(v), "original")
 
@@ -277,10 +267,8 @@ def to_vec(tree: PyTree) -> tuple[jax.Array, Callable[[Any], PyTree]]:
 
 def _check_tuple(name: str, arg: str, value: Any) -> tuple:
     if not isinstance(value, tuple):
-        raise TypeError(
-            f"`{name}`: `{arg}` must be a tuple with one entry per argument of f, got "
-            f"{type(value).__name__}; wrap a single argument as `(x,)`."
-        )
+        raise TypeError(f"`{name}`: `{arg}` must be a tuple with one entry per argument of f, got "
+                        f"{type(value).__name__}; wrap a single argument as `(x,)`.")
     return value
 
 
@@ -503,10 +491,8 @@ def _random_unit(n: int, seed: int) -> jax.Array:
 
 def _check_scalar_input(name: str, x: Any) -> None:
     if np.ndim(x) != 0 or np.iscomplexobj(x):
-        raise TypeError(
-            f"`{name}`: `x` must be a real scalar, got {type(x).__name__} with shape "
-            f"{np.shape(x)}; use fd_jvp or fd_jacobian for arrays and complex numbers."
-        )
+        raise TypeError(f"`{name}`: `x` must be a real scalar, got {type(x).__name__} with shape "
+                        f"{np.shape(x)}; use fd_jvp or fd_jacobian for arrays and complex numbers.")
 
 
 def _scalar_output_check(name: str) -> Callable[[_Layout], None]:
@@ -639,9 +625,7 @@ def _split(vector: np.ndarray, args: tuple) -> list[tuple[_Layout, np.ndarray]]:
     return out
 
 
-def fd_jvp(
-    m: FDMethod, f: Callable, args: tuple, tangents: tuple, *, step: float | None = None
-) -> PyTree:
+def fd_jvp(m: FDMethod, f: Callable, args: tuple, tangents: tuple, *, step: float | None = None) -> PyTree:
     """Estimate the Jacobian-vector product `J @ x_dot` of `f` at `args`.
 
     The stencil points `args + h * g_i * tangents` are evaluated in one jitted call of `f`
@@ -675,9 +659,7 @@ def fd_jvp(
     return y_dot
 
 
-def _fd_jvps(
-    name: str, m: FDMethod, f: Callable, args: tuple, directions: list, step: float | None,
-) -> list[PyTree]:
+def _fd_jvps(name: str, m: FDMethod, f: Callable, args: tuple, directions: list, step: float | None) -> list[PyTree]:
     """`fd_jvp` along several `tangents` at the same `args`: f is traced once and every
     direction reuses the same compiled evaluation (its direction is an argument), so each
     extra direction costs only its evaluations of f, not another trace and compile. Where
@@ -735,9 +717,7 @@ def _weights_for(name: str, y_bar: PyTree) -> tuple[jax.Array, Callable[[_Layout
     return _vector(y_bar), check_output
 
 
-def _fd_inner_jvps(
-    name: str, m: FDMethod, f: Callable, args: tuple, directions: list, y_bar: PyTree
-) -> list[float]:
+def _fd_inner_jvps(name: str, m: FDMethod, f: Callable, args: tuple, directions: list, y_bar: PyTree) -> list[float]:
     """`<y_bar, J x_dot>` (the real inner product of `to_vec`s) for each `x_dot` in
     `directions`: the derivative at 0 of the scalar t -> <y_bar, f(args + t x_dot)>, its step
     chosen by `m`'s rule for that scalar. One trace and one compile of f serve every
@@ -762,9 +742,7 @@ def _fd_inner_jvps(
         return out
 
 
-def fd_jacobian(
-    m: FDMethod, f: Callable, *args: Any, step: float | None = None
-) -> tuple[np.ndarray, ...]:
+def fd_jacobian(m: FDMethod, f: Callable, *args: Any, step: float | None = None) -> tuple[np.ndarray, ...]:
     """Estimate the Jacobian of `f` at `args`, one matrix per argument.
 
     Sizes are in `to_vec` units, so a complex entry counts twice (real, imaginary part).
@@ -798,9 +776,7 @@ def fd_jacobian(
     return tuple(part for _, part in _split(jac, args))
 
 
-def fd_vjp(
-    m: FDMethod, f: Callable, y_bar: PyTree, args: tuple, *, step: float | None = None
-) -> tuple:
+def fd_vjp(m: FDMethod, f: Callable, y_bar: PyTree, args: tuple, *, step: float | None = None) -> tuple:
     """Estimate the vector-Jacobian product `J^T y_bar` of `f` at `args`.
 
     Differences the scalar `l(x) = <to_vec(y_bar), to_vec(f(x))>` (a real inner product)

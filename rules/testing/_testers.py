@@ -56,11 +56,8 @@ from ._finite_differences import (
 
 __all__ = ["RuleReport", "test_rrule", "test_frule", "test_scalar"]
 
-# Input elements up to which "auto" computes the full J^T y_bar, compared entry by entry (an
-# error in one entry is seen at its own size; fast mode sees it diluted by the input's size).
-# Per-coordinate differences cost ~11 n evaluations of f in one batch: cheap up to a few
-# hundred elements (benchmarks/testers.py), while fast mode stays below 3x
-# jax.test_util.check_grads on large inputs and still detects 1e-7 relative errors.
+# Input elements up to which "auto" computes the full J^T y_bar, compared entry by entry
+# (why 256: rules/testing/README.md).
 EXACT_MODE_LIMIT = 256
 # Input elements up to which the rule is evaluated as one compiled program: its random seed
 # y_bar is made while tracing, a constant of the program (larger ones run eagerly).
@@ -402,12 +399,8 @@ class _RruleSpec(NamedTuple):
 
 class _InProgram(NamedTuple):
     """The lowered primitive's checks that `test_rrule` and `test_frule` trace into the rule's
-    own program (`_lowered_in_program`). Compiling a program costs ~10 ms however small it
-    is, and lowering it as much again: one program per tester call instead of two or three
-    took a fifth off the CPU time of `python -m rules check`. The host compares as before;
-    where anything of it fails in the program, the check runs on its own, which reports why.
-    jax.vmap's unbatched value at its second point is the same program run there
-    (`_vmap_points`), where its arguments are arrays (`_movable`)."""
+    own program (`_lowered_in_program`), one compilation per tester call; where anything of
+    it fails in the program, the check runs on its own, which reports why."""
 
     prim: Any
     vmap: bool
@@ -545,83 +538,60 @@ def _rrule_body(spec: _RruleSpec, ps: tuple, fkwargs: dict, output_tangent: Any,
 
 # ----- test_rrule -----------------------------------------------------------------------------
 @_full_precision
-def test_rrule(
-    f: Callable,
-    *args: Any,
-    output_tangent: Any = None,
-    rtol: float | None = None,
-    atol: float | None = None,
-    fdm: FDMethod | None = None,
-    check_jit: bool = True,
-    check_vmap: bool = True,
-    check_thunked_output_tangent: bool = True,
-    mode: str = "auto",
-    seed: int = 0,
-    rrule_f: Callable | None = None,
-    **fkwargs: Any,
-) -> RuleReport:
+def test_rrule(f: Callable, *args: Any, output_tangent: Any = None, rtol: float | None = None, atol: float | None = None,
+               fdm: FDMethod | None = None, check_jit: bool = True, check_vmap: bool = True,
+               check_thunked_output_tangent: bool = True, mode: str = "auto", seed: int = 0,
+               rrule_f: Callable | None = None, **fkwargs: Any) -> RuleReport:
     """Check the rrule of `f` at `args` against finite differences and through JAX.
 
-    `f` is a `rules.primitive` (or a function with a registered rrule), or any JAX function:
-    one with no rrule of ours (a `jax.custom_vjp`, a `jax.custom_jvp`, plain JAX code) has
-    JAX's own `jax.vjp` checked, so its custom rule, with the same checks (the report's kind
-    is "jax.vjp"); forward mode is checked where JAX has it, not through a
-    `jax.custom_vjp`.
-    Arguments may be marked `with_tangent(x, x_dot)`; `with_tangent(n, NoTangent())`
-    marks an argument not to be differentiated, and its cotangent must then be
-    `NoTangent()`. `f` may be marked too: a callable with differentiable fields (a
-    NamedTuple or dataclass pytree with `__call__`) is perturbed like an argument (randomly
-    unless marked) and its cotangent `f_bar` is checked; any other function must get
-    `f_bar = NoTangent()`. Checks: a rule applies; its primal equals `f(*args)`; the
-    pullback returns `1 + nargs` cotangents; arguments that cannot or must not be perturbed
-    get `NoTangent()` (not `ZeroTangent()`); each cotangent has its primal's shape and dtype
-    and matches finite differences (mode "exact": the full `J^T y_bar`, entry by entry,
-    so that an error in any one entry shows at its own size (1e-7 of the largest entry in
-    float64, 1e-4 in float32); "fast": `<y_bar, J x_dot>` against `<x_bar, x_dot>` along
-    one direction per argument, the rule's own cotangent plus a random direction, each one
-    finite difference of a scalar: it sees a relative error of the whole cotangent down to
-    ~1e-7 in float64, and an error in one entry of n only diluted to about 1/n of it;
-    "auto": exact up to 256 input elements, fast above); a thunked seed gives the same cotangents;
-    `InplaceableThunk`s agree; and the lowered primitive's `jax.vjp` equals the pullback
-    under `jax.jit` (eagerly with `check_jit=False`) and under `jax.vmap` (batched equals
-    looped). A
-    `NotImplementedTangent` (`rules.not_implemented`) is not checked, as ChainRulesTestUtils
-    marks it broken rather than failed. float32 rules are differenced in float64 with looser
-    default tolerances. Finite differences stay in f's domain: where a central stencil gives
-    a non-finite value at a finite point, shorter spans and then one-sided stencils are
-    used; infinite and NaN inputs are held constant (their cotangents are not compared);
-    where the rule differs from the central estimate, each entry is also compared with the
-    forward and backward ones (a point where f is not smooth, such as Huber's loss at
-    delta). For f computed by an iterative solver to a tolerance, give `rtol` near it and
-    `fdm=central_fdm(5, 1, factor=...)` raised for f's noise. `rrule_f(f, *args, **fkwargs)` replaces `rules.rrule`, e.g.
-    `rules.rrule_via_ad` to check JAX's own derivative in ChainRules' conventions. With
-    `check_jit` (the default) the rule is evaluated as one compiled program, traced on every
-    call (the code as it is now is what is checked); only its compilation is reused, by a
-    later call that lowers to the same program. With `check_jit=False` everything runs
-    eagerly.
+    `f` is a `rules.primitive` (or has a registered rrule), or any JAX function: one with no
+    rrule of ours (a `jax.custom_vjp`, a `jax.custom_jvp`, plain JAX code) has JAX's own
+    `jax.vjp` checked, so its custom rule (report kind "jax.vjp"). Checks: a rule applies;
+    its primal is `f(*args)`; the pullback gives `1 + nargs` cotangents, `NoTangent()` where
+    nothing may be perturbed, each of its primal's shape and dtype and equal to finite
+    differences; a thunked seed gives the same; `InplaceableThunk`s agree; the lowered
+    primitive's `jax.vjp` equals the pullback under `jax.jit` and `jax.vmap`. How each is
+    checked (finite differences in float64, in f's domain): rules/testing/README.md.
 
-    >>> import jax.numpy as jnp
-    >>> import rules
-    >>> from rules.testing import test_rrule
+    Args:
+      f: the function. A callable pytree with differentiable fields is perturbed like an
+        argument and its `f_bar` checked; any other function must get `f_bar = NoTangent()`.
+      *args: the point; `with_tangent(x, NoTangent())` marks an argument not differentiated.
+      output_tangent: the seed `y_bar` (default: random, from `seed`, as every tangent).
+      rtol, atol: tolerances (default: by the lowest precision of the primals and output).
+      fdm: the finite-difference method (default `central_fdm(5, 1)`).
+      check_jit: evaluate as one compiled program, traced on every call (False: eagerly).
+      check_vmap: check the lowered primitive under `jax.vmap` too.
+      check_thunked_output_tangent: check the pullback of `Thunk(lambda: y_bar)`.
+      mode: "exact": all of `J^T y_bar`, entry by entry, so that an error in any one entry
+        shows at its own size (1e-7 of the largest in float64, 1e-4 in float32); "fast":
+        `<y_bar, J x_dot>` against `<x_bar, x_dot>` along one direction per argument: a
+        relative error of the whole cotangent down to ~1e-7, one in one entry of n diluted
+        to about 1/n; "auto": exact up to 256 input elements, fast above.
+      rrule_f: replaces `rules.rrule`, as `rrule_f(f, *args, **fkwargs)`; e.g.
+        `rules.rrule_via_ad`, JAX's own derivative in ChainRules' conventions.
+      **fkwargs: keyword arguments of `f`, not differentiated.
+
+    Returns:
+      A `RuleReport`: the checks run, the mode, the largest relative error.
+
+    Raises:
+      AssertionError: a check failed; the message names the rule, the argument, expected vs got.
+
+    >>> import jax.numpy as jnp, rules
     >>> @rules.primitive
     ... def cube(x):
     ...     return x ** 3
     >>> @cube.rrule
     ... def cube_rrule(x):
-    ...     def cube_pullback(y_bar):
-    ...         return rules.NoTangent(), y_bar * 3 * x ** 2
-    ...     return cube(x), cube_pullback
+    ...     return cube(x), lambda y_bar: (rules.NoTangent(), y_bar * 3 * x ** 2)
     >>> test_rrule(cube, jnp.array([1.0, 2.0])).mode
     'exact'
 
-    Raises:
-      AssertionError: a check failed; the message names the rule, the argument, expected vs got.
-
     See also: `test_frule`, `test_scalar`, `with_tangent`, `test_approx`.
     """
-    run = _RruleTest(f, args, fkwargs, rrule_f, output_tangent=output_tangent, rtol=rtol, atol=atol, fdm=fdm,
-                     check_jit=check_jit, check_vmap=check_vmap, check_thunked=check_thunked_output_tangent,
-                     mode=mode, seed=seed)
+    run = _RruleTest(f, args, fkwargs, rrule_f, output_tangent=output_tangent, rtol=rtol, atol=atol, fdm=fdm, mode=mode,
+                     seed=seed, check_jit=check_jit, check_vmap=check_vmap, check_thunked=check_thunked_output_tangent)
     run.check_primal()
     run.check_inplaceable_thunks()
     run.check_finite_differences()
@@ -735,14 +705,10 @@ class _Test:
 
         With vmap, a batch of two points must equal the primitive looped over them; the
         batch's element 0 is the point itself, so it is what is compared with the rule
-        (evaluated alone only if that fails, to say whether jit or vmap is wrong). With jit
-        on, one compiled program evaluates it at the second point and batched: one
-        compilation, reused by a later call that traces to the same program, where eager
-        evaluation would compile each operation of the rule again in every context JAX
-        evaluates it in. The second point is the first moved slightly; if f is not finite
-        there where it is at the first (arccos near 1), a shorter move is tried, by the same
-        program. `done`: from the rule's program (`_lowered_in_program`), the result without
-        vmap, else `(second, batched)` as a function of the scale (`_vmap_points`).
+        (evaluated alone only if that fails, to say whether jit or vmap is wrong). The second
+        point is the first moved slightly, less where f is not finite there (arccos near 1).
+        `done`: from the rule's program (`_lowered_in_program`), the result without vmap,
+        else `(second, batched)` as a function of the scale (`_vmap_points`).
         """
         label = f"jax.jit(jax.{what})" if self.check_jit else f"jax.{what}"
         rtol, atol = _lowered_tol(problem.args, self.ev.y)
@@ -924,16 +890,10 @@ def _lowered(tester: str, name: str, check: Callable[[], list[str]]) -> list[str
 
 
 def _fast_check(tester, name, problem, m, args64, y_bar64, dense, rtol, atol) -> float:
-    """`<y_bar, J x_dot>` (finite differences) against `<x_bar, x_dot>` (the rule), per argument.
-
-    One direction per argument, `x_dot = x_bar / |x_bar|^2 + r / (|x_bar| |r|)` with x_bar the
-    rule's cotangent and r random. Along x_bar the inner product has no cancellation, so any
-    relative error of the rule along its own answer shows at its own size, whatever the
-    input size; the random part catches errors orthogonal to it (at ~1/sqrt(size), as any
-    random probe). Each direction is one finite difference of the scalar
-    t -> <y_bar, f(x + t x_dot)>, reduced on the device. Only when the check fails are the
-    two parts probed apart, to say which one the rule gets wrong.
-    """
+    """`<y_bar, J x_dot>` (finite differences) against `<x_bar, x_dot>` (the rule), per argument,
+    along `x_dot = x_bar / |x_bar|^2 + r / (|x_bar| |r|)` (x_bar the rule's cotangent, r
+    random: why, rules/testing/README.md); only when that fails are the two parts probed
+    apart, to say which one the rule gets wrong."""
     def combination(trees, coefficients):
         return jax.tree_util.tree_map(lambda *vs: sum(np.asarray(v) * c for v, c in zip(vs, coefficients))
                                       if is_differentiable_leaf(vs[0]) else vs[0], *trees)
@@ -978,12 +938,9 @@ def _fast_check(tester, name, problem, m, args64, y_bar64, dense, rtol, atol) ->
 
 
 def _nearest_sided(got: Any, central: Any, sided: list) -> tuple[Any, int]:
-    """Where a central estimate differs from the rule, f may not be smooth at the point (a
-    C1 joint: Huber's loss at delta; a kink, where the rule gives a one-sided derivative, as
-    JAX's relu does). Each entry becomes whichever of the central, forward and backward
-    estimates is nearest to the rule's, and the count of one-sided entries is returned. At
-    a point where f is smooth the three agree to far below any tolerance, so a wrong rule
-    is as far from each; where f is not, the rule must still equal one of them."""
+    """Each entry of the central estimate replaced by whichever of it and the one-sided
+    estimates `sided` is nearest to the rule's `got` (f may not be smooth here: README), and
+    the count of one-sided entries."""
     count = [0]
 
     def nearest(g, c, *others):
@@ -1266,38 +1223,38 @@ def _frule_body(spec: _FruleSpec, ps: tuple, given: tuple, fkwargs: dict, tangen
 
 # ----- test_frule -----------------------------------------------------------------------------
 @_full_precision
-def test_frule(
-    f: Callable,
-    *args: Any,
-    rtol: float | None = None,
-    atol: float | None = None,
-    fdm: FDMethod | None = None,
-    check_jit: bool = True,
-    check_vmap: bool = True,
-    seed: int = 0,
-    frule_f: Callable | None = None,
-    **fkwargs: Any,
-) -> RuleReport:
+def test_frule(f: Callable, *args: Any, rtol: float | None = None, atol: float | None = None, fdm: FDMethod | None = None,
+               check_jit: bool = True, check_vmap: bool = True, seed: int = 0, frule_f: Callable | None = None,
+               **fkwargs: Any) -> RuleReport:
     """Check the frule of `f` at `args` against finite differences and through JAX.
 
-    `f` is a `rules.primitive` (or a function with a registered frule), or any JAX function
-    with forward mode: one with no frule of ours (a `jax.custom_jvp`, plain JAX code) has
-    JAX's own `jax.jvp` checked (kind "jax.jvp"); a function calling a `jax.custom_vjp`,
-    which JAX has no forward mode for, fails saying so. Finite differences stay in f's
-    domain as in `test_rrule`; up to 100 input elements `J x_dot` is differenced with a step
-    per input coordinate.
-    Checks: a rule applies; its primal equals `f(*args)`; the tangent has the output's
-    shape and dtype and matches `fd_jvp`; an `InplaceableThunk` tangent's `add_fn(acc)`
-    equals `acc + val`; where the primitive is lowered through `jax.custom_jvp` (no
-    rrule), `jax.jvp` of it equals the frule, under `jax.jit` and `jax.vmap`; where an
-    rrule exists too, the transposition identity `<y_bar, frule(x_dot)> == <rrule(y_bar),
-    x_dot>` (ChainRules' convention) holds. As in `test_rrule`, a callable `f` with
-    differentiable fields is perturbed too (its tangent is the frule's `f_dot`), and
-    `NotImplementedTangent`s are not checked. `frule_f(tangents, f, *args, **fkwargs)`
-    replaces `rules.frule`, e.g. `rules.frule_via_ad`.
+    `f` is a `rules.primitive` (or has a registered frule), or any JAX function with forward
+    mode: one with no frule of ours (a `jax.custom_jvp`, plain JAX code) has JAX's own
+    `jax.jvp` checked (report kind "jax.jvp"); one calling a `jax.custom_vjp`, which JAX has
+    no forward mode for, fails saying so. Checks: a rule applies; its primal is `f(*args)`;
+    the tangent has the output's shape and dtype and equals finite differences (entry by
+    entry up to 256 input elements); an `InplaceableThunk` tangent's `add_fn(acc)` equals
+    `acc + val`; where the primitive is lowered through `jax.custom_jvp` (no rrule), `jax.jvp`
+    of it equals the frule under `jax.jit` and `jax.vmap`; where an rrule exists too,
+    `<y_bar, frule(x_dot)> == <rrule(y_bar), x_dot>`. Details: rules/testing/README.md.
+
+    Args:
+      f: the function; a callable pytree with differentiable fields is perturbed too (its
+        tangent is the frule's `f_dot`).
+      *args: the point; `with_tangent(x, x_dot)` gives an argument's tangent (default:
+        random, from `seed`), `with_tangent(x, NoTangent())` marks it not differentiated.
+      rtol, atol, fdm, check_jit, check_vmap, seed: as for `test_rrule`.
+      frule_f: replaces `rules.frule`, as `frule_f(tangents, f, *args, **fkwargs)`; e.g.
+        `rules.frule_via_ad`.
+      **fkwargs: keyword arguments of `f`, not differentiated.
+
+    Returns:
+      A `RuleReport`.
+
+    Raises:
+      AssertionError: a check failed; the message names the rule, expected vs got.
 
     >>> import rules
-    >>> from rules.testing import test_frule
     >>> @rules.primitive
     ... def square(x):
     ...     return x * x
@@ -1306,9 +1263,6 @@ def test_frule(
     ...     return square(x), 2 * x * tangents[1]
     >>> test_frule(square, 3.0).kind
     'frule'
-
-    Raises:
-      AssertionError: a check failed; the message names the rule, expected vs got.
 
     See also: `test_rrule`, `test_scalar`, `with_tangent`.
     """
@@ -1434,29 +1388,30 @@ def _check_transposition(tester, name, problem, transposed, y_dot_dense, rtol, a
 _PARTIALS = (("Re y", "Re z"), ("Re y", "Im z"), ("Im y", "Re z"), ("Im y", "Im z"))
 
 
-def test_scalar(
-    f: Callable,
-    z: Any,
-    *,
-    rtol: float | None = None,
-    atol: float | None = None,
-    fdm: FDMethod | None = None,
-    **kwargs: Any,
-) -> list[RuleReport]:
+def test_scalar(f: Callable, z: Any, *, rtol: float | None = None, atol: float | None = None,
+                fdm: FDMethod | None = None, **kwargs: Any) -> list[RuleReport]:
     """Check the rules of a scalar function `f` at `z`, real or complex.
 
-    Runs `test_frule` and `test_rrule` (whichever rules exist; for a JAX function with no
-    rule of ours, such as a `jax.custom_jvp` or `jax.custom_vjp`, JAX's own derivatives, in
-    forward mode where JAX has it: not through a `jax.custom_vjp`); keyword arguments that are
-    not the testers' own options are passed to `f` and its rules. For complex `z` the rules
-    are probed in the real and the imaginary direction, all four real partials of the 2x2
-    Jacobian (Re y, Im y) / (Re z, Im z) are compared with finite differences, in
-    ChainRules' convention (`x_bar = dRe(y_bar* y)/dRe z + i dRe(y_bar* y)/dIm z`), and a
-    real tangent (cotangent) must give what the same value as a complex one gives.
+    Runs `test_frule` and `test_rrule`, whichever rules exist (for a JAX function with no
+    rule of ours, JAX's own derivatives, forward mode where JAX has it). For complex `z` both
+    directions (1 and 1j) are probed and the four real partials of (Re y, Im y) / (Re z, Im z)
+    compared with finite differences, in ChainRules' convention (rules/testing/README.md).
+
+    Args:
+      f: the function, of one scalar.
+      z: the point, a real or complex scalar.
+      rtol, atol, fdm: as for `test_rrule`.
+      **kwargs: the testers' other options (`check_jit`, `seed`, ...); any other keyword
+        is passed to `f` and its rules.
+
+    Returns:
+      The testers' `RuleReport`s, in the order they ran.
+
+    Raises:
+      AssertionError: a check failed; the message names the rule, expected vs got.
 
     >>> import jax.numpy as jnp
     >>> import rules
-    >>> from rules.testing import test_scalar
     >>> @rules.primitive
     ... def csquare(z):
     ...     return z * z
