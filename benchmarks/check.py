@@ -25,7 +25,7 @@ compilation is reused.
 
 jax 0.12's XLA compiles each small program ~2.7x slower than jax 0.10's (every fused kernel
 through MLIR, ~7 ms each; rules/testing/README.md), and the check's first run there takes
-~57 s. The row "cache warm" is a second check with `--cache-dir`, reading the programs that
+about a minute. The row "cache warm" is a second check with `--cache-dir`, reading the programs that
 a first one (not timed) wrote to a new folder; the other rows compile everything.
 """
 
@@ -70,7 +70,10 @@ def run(quick: bool = False) -> str:
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     header = ["modules", "processes", "wall time", "result"]
-    return "## python -m rules check\n\n" + table(header, rows) + "\n\n" + __doc__.split("\n\n", 1)[1]
+    import jax  # the version the subprocesses run
+
+    where = f"Measured on jax {jax.__version__}, Python {sys.version.split()[0]} ({cores} cores).\n\n"
+    return "## python -m rules check\n\n" + where + table(header, rows) + "\n\n" + __doc__.split("\n\n", 1)[1]
 
 
 def _row(modules: list[str], label: str, extra: list[str], repeats: int, quick: bool) -> list[str]:

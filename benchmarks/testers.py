@@ -174,7 +174,8 @@ def run(quick: bool = False) -> str:
                      first_default, "", ""])
     header = ["elements", "checker", "median s (warm)", "ratio vs check_grads", "first call s",
               "calls of f (a vmapped batch counts once)", "smallest error detected"]
-    return "## Testers: test_rrule vs jax.test_util.check_grads\n\n" + table(header, rows) + "\n\n" + (__doc__ or "").split("\n\n", 1)[1]
+    where = f"Measured on jax {jax.__version__}, Python {sys.version.split()[0]}, {jax.default_backend()}.\n\n"
+    return "## Testers: test_rrule vs jax.test_util.check_grads\n\n" + where + table(header, rows) + "\n\n" + (__doc__ or "").split("\n\n", 1)[1]
 
 
 if __name__ == "__main__":
