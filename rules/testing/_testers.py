@@ -557,7 +557,7 @@ def test_rrule(f: Callable, *args: Any, output_tangent: Any = None, rtol: float 
       f: the function. A callable pytree with differentiable fields is perturbed like an
         argument and its `f_bar` checked; any other function must get `f_bar = NoTangent()`.
       *args: the point; `with_tangent(x, NoTangent())` marks an argument not differentiated.
-      output_tangent: the seed `y_bar` (default: random, from `seed`, as every tangent).
+      output_tangent: the seed `y_bar` (default: random; the int `seed` seeds every random tangent).
       rtol, atol: tolerances (default: by the lowest precision of the primals and output).
       fdm: the finite-difference method (default `central_fdm(5, 1)`).
       check_jit: evaluate as one compiled program, traced on every call (False: eagerly).
@@ -1243,7 +1243,8 @@ def test_frule(f: Callable, *args: Any, rtol: float | None = None, atol: float |
         tangent is the frule's `f_dot`).
       *args: the point; `with_tangent(x, x_dot)` gives an argument's tangent (default:
         random, from `seed`), `with_tangent(x, NoTangent())` marks it not differentiated.
-      rtol, atol, fdm, check_jit, check_vmap, seed: as for `test_rrule`.
+      rtol, atol, fdm, check_jit, check_vmap: as for `test_rrule`.
+      seed: seeds the random tangents.
       frule_f: replaces `rules.frule`, as `frule_f(tangents, f, *args, **fkwargs)`; e.g.
         `rules.frule_via_ad`.
       **fkwargs: keyword arguments of `f`, not differentiated.
