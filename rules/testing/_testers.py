@@ -340,7 +340,7 @@ def _finite_pattern(tree: Any) -> list[np.ndarray]:
 def _element(tree: Any, k: int) -> Any:
     """Batch element k of a batch of two (on the host: indexing a device array eagerly
     compiles a program)."""
-    return jax.tree_util.tree_map(lambda b: np.asarray(b)[k] if isinstance(b, jax.Array) else b[k], tree)
+    return jax.tree_util.tree_map(lambda b: _on_host(b)[k], tree)
 
 
 def _check_close(tester, name, what, got, expected, rtol, atol, argument=None, entrywise=False) -> float:
@@ -1298,8 +1298,9 @@ class _FruleTest(_Test):
         self.spec = _FruleSpec(self.name, self.f, _jax_frule if self.via_jax else given, self.seed,
                                tuple(problem.index), _has(rrule, self.f, primals))
         self.unlowered = _unlowered(self.f, problem)
-        # no rrule: jax.jvp of the primitive runs the frule (an unhashable f has no primitive)
-        self.by_custom_jvp = self.lowers = not self.unlowered and lowered_rules(self.f, primals)[0] is None
+        # no rrule: jax.jvp of the primitive runs the frule, lowered through jax.custom_jvp (an
+        # unhashable f has no primitive); only then are its checks traced into the frule's program
+        self.lowers = not self.unlowered and lowered_rules(self.f, primals)[0] is None
         self.inputs = (primals, (f_dot if problem.f_perturbed else NoTangent(), *tangents), fkwargs, problem.tangents)
 
     def check_inplaceable_thunks(self) -> None:
@@ -1333,7 +1334,7 @@ class _FruleTest(_Test):
         """jax.jvp of the primitive under jit and vmap, where it runs the frule (custom_jvp)."""
         if self.unlowered:
             self.checks.append(self.unlowered)
-        elif not any(self.ev.mask) and self.by_custom_jvp:
+        elif not any(self.ev.mask) and self.lowers:
             done = self.ev.lowered[1] if self.ev.lowered else None  # evaluated in the rule's program
             if done is not None and self.check_vmap:
                 done = _vmap_points(self, done, lambda there: (there.y, _doubled(there.y_dot_dense))) \
