@@ -32,7 +32,7 @@ from .._boundary import _tangent_leaves, conj, conj_tree, filled
 from .._lowering import lowered_rules
 from .._thunks import AbstractThunk, InplaceableThunk, Thunk, unthunk
 from .._zeros import AbstractZero, NoTangent, ZeroTangent
-from ._compiled import Program, _is_array
+from ._compiled import Program, _is_array, _is_small
 from ._compiled import run as run_compiled
 from ._compare import (
     WithTangent,
@@ -59,9 +59,6 @@ __all__ = ["RuleReport", "test_rrule", "test_frule", "test_scalar"]
 # Input elements up to which "auto" computes the full J^T y_bar, compared entry by entry
 # (why 256: rules/testing/README.md).
 EXACT_MODE_LIMIT = 256
-# Input elements up to which the rule is evaluated as one compiled program: its random seed
-# y_bar is made while tracing, a constant of the program (larger ones run eagerly).
-COMPILED_LIMIT = 2048
 _DEFAULT_FDM = central_fdm(5, 1)  # made once: its coefficients are exact fractions, ~0.2 ms to make
 
 
@@ -405,6 +402,7 @@ class _InProgram(NamedTuple):
     prim: Any
     vmap: bool
     transposition: bool  # an rrule without an frule: jax.jvp by the transposed pullback too
+    second: bool = False  # jax.vmap's unbatched value at its second point computed here (large inputs)
 
 
 def _lowered_in_program(spec: _InProgram, what: str, ps: tuple, fkwargs: dict, idx: tuple, other: Any,
@@ -413,14 +411,17 @@ def _lowered_in_program(spec: _InProgram, what: str, ps: tuple, fkwargs: dict, i
     (`other`: y_bar or the tangents); with `spec.vmap`, batched over this point and the
     second point `partner` with the seed doubled (`_vmap_points`); with
     `spec.transposition` its `jax.jvp` by the transposed pullback as
-    `_check_forward_by_transposition` does ("rev" where JAX cannot transpose the pullback).
+    `_check_forward_by_transposition` does ("rev" where JAX cannot transpose the pullback);
+    with `spec.second`, `(unbatched at the second point, batched)` as `_variants_body` gives.
     None where it cannot be traced here."""
     if not idx:
         return None
     a0 = tuple(ps[i] for i in idx)
     fn = functools.partial(_LOWERED[what], spec.prim, idx, ps, fkwargs)
     try:
-        result = _pair(fn, a0, tuple((partner or {})[i] for i in idx), other) if spec.vmap else fn(a0, other)
+        a1 = tuple((partner or {})[i] for i in idx)
+        result = (_variants_body(_VariantsSpec(what, spec.prim, idx, True), ps, fkwargs, a0, other, a1)
+                  if spec.second else _pair(fn, a0, a1, other) if spec.vmap else fn(a0, other))
     except Exception:  # noqa: BLE001 - `_Test.check_variants` runs it on its own and reports why
         return None
     forward: tuple | None = None
@@ -478,6 +479,19 @@ def _movable(problem: _Problem) -> bool:
 
 def _slot(f: Any, ps: tuple, i: int) -> Any:
     return f if i < 0 else ps[i]
+
+
+def _output_seed(problem: _Problem, seed: int) -> Any:
+    """`rand_tangent` of f's output at the problem's point, made before the rule's program is
+    traced (from `jax.eval_shape`, the same values as of the output itself), so that it is an
+    argument of the program, not a constant in its text; None where f's output is not arrays
+    or f cannot be traced (the rule's body then makes it)."""
+    raw, ps, fkwargs = problem.raw, problem.primals, problem.fkwargs
+    try:
+        shapes = jax.eval_shape(lambda: raw(*ps, **fkwargs))
+    except Exception:  # noqa: BLE001 - not traceable: the body makes the seed (or reports why f fails)
+        return None
+    return rand_tangent(jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), shapes), seed=seed + 1)
 
 
 class _RruleResult(NamedTuple):
@@ -610,7 +624,7 @@ class _Test:
     body: Callable  # the rule and its checks, traced into one program (`_rrule_body`, `_frule_body`)
     spec: Any  # fixed while `body` is traced
     inputs: tuple  # `body`'s arguments after `spec` (its partner added by `_arguments`)
-    lowers = transposition = False  # `_InProgram`'s: whether its checks can be traced into `body`
+    lowers = transposition = second = False  # `_InProgram`'s: whether its checks can be traced into `body`
     derivative = ""  # what the rule gives, in messages
     derivatives: Callable[[Any], list]  # (argument, value) of each derivative in a result of `body`
 
@@ -619,7 +633,7 @@ class _Test:
         f, f_dot, primals, tangents, self.via_jax = _start(self.tester, self.table, f, args, seed, given)
         self.f, self.name, self.seed, self.check_jit, self.check_vmap = f, function_name(f), seed, check_jit, check_vmap
         self.problem = _Problem(f, primals, tangents, fkwargs, f_dot)
-        self.compiled = check_jit and self.problem.size() <= COMPILED_LIMIT
+        self.compiled = check_jit
         self.fdm, self.worst = fdm or _DEFAULT_FDM, 0.0
         self._prepare(given, f_dot, primals, tangents, fkwargs, **options)
         self.ev = self._evaluate()
@@ -647,8 +661,11 @@ class _Test:
         args = _arguments(self, partner, False)
         candidates = [body] if self.compiled else []
         if self.compiled and problem.index and self.lowers:
+            # on large inputs the second point's unbatched value is computed in the program
+            # (one more derivative) rather than by running the whole program there
+            self.second = self.vmap_in_program and not _is_small(jax.tree_util.tree_leaves(problem.args))
             candidates.insert(0, functools.partial(self.body, self.spec._replace(lowered=_InProgram(
-                _primitive_for(problem), self.vmap_in_program, self.transposition))))
+                _primitive_for(problem), self.vmap_in_program, self.transposition, self.second))))
         for candidate in candidates:
             try:
                 program = Program(candidate, *args)
@@ -766,6 +783,8 @@ class _RruleTest(_Test):
         # a JAX function (jax.custom_vjp, custom_jvp, plain) has JAX's own jax.vjp checked
         self.spec = _RruleSpec(self.name, self.f, _jax_rrule if self.via_jax else given, self.seed,
                                tuple(problem.index), check_thunked)
+        if output_tangent is None:
+            output_tangent = _output_seed(problem, self.seed)
         self.inputs = (primals, fkwargs, output_tangent, dict(zip(problem.index, problem.tangents)))
         self.mode = ("exact" if problem.size() <= EXACT_MODE_LIMIT else "fast") if mode == "auto" else mode
         if self.mode not in ("exact", "fast"):
@@ -1027,10 +1046,13 @@ def _vmap_points(test: Any, first: Any, unbatched: Callable) -> Callable[[float]
     Batched is the lowered primitive over both points, the second's seed doubled (`first`,
     from the first evaluation, at the first scale); unbatched at the second point is the
     rule's own value there, the same program run at it: `unbatched(result)`, the primal and
-    the derivative doubled (linear in its seed). No program is compiled for it."""
+    the derivative doubled (linear in its seed); on large inputs (`test.second`) the
+    program computed the lowered primitive there itself. No program is compiled for it."""
     def at(scale: float) -> tuple:
         partner = _partner(test.problem, test.seed, scale)
         batched = first if scale == _VMAP_STEPS[0] else test.program(*_arguments(test, partner, False)).lowered[1]
+        if test.second:  # the program computed (unbatched, batched) itself
+            return batched
         return unbatched(test.program(*_arguments(test, partner, True))), batched
 
     return at
@@ -1200,9 +1222,10 @@ class _FruleResult(NamedTuple):
 
 
 def _frule_body(spec: _FruleSpec, ps: tuple, given: tuple, fkwargs: dict, tangents: tuple = (),
-                partner: dict | None = None) -> _FruleResult:
+                y_bar: Any = None, partner: dict | None = None) -> _FruleResult:
     """The frule and the checks of its conventions (see `_rrule_body`); with `spec.lowered`,
-    the lowered primitive's `jax.jvp` at `tangents` (dense, one per perturbed slot) too."""
+    the lowered primitive's `jax.jvp` at `tangents` (dense, one per perturbed slot) too;
+    `y_bar`: the transposition check's seed (random if None)."""
     tester, name, f = "test_frule", spec.name, spec.f
     y, y_dot = _call_rule(tester, name, "frule", lambda: (spec.frule_f or frule)(given, f, *ps, **fkwargs))
     parts = jax.tree_util.tree_flatten_with_path(y_dot, is_leaf=lambda t: isinstance(t, InplaceableThunk))[0]
@@ -1215,7 +1238,7 @@ def _frule_body(spec: _FruleSpec, ps: tuple, given: tuple, fkwargs: dict, tangen
     out: dict = dict(y=y, y_expected=unwrap(f)(*ps, **fkwargs), inplace=inplace, mask=mask,
                      y_dot_dense=dense_like(value, y, name=name))
     if spec.transposable and spec.indices and not any(mask):
-        out["transposed"] = _transposition_cotangents(spec, ps, fkwargs, y)
+        out["transposed"] = _transposition_cotangents(spec, ps, fkwargs, y, y_bar)
     if spec.lowered is not None and not any(mask):
         out["lowered"] = _lowered_in_program(spec.lowered, "jvp", ps, fkwargs, spec.indices, tangents, {}, partner)
     return _FruleResult(**out)
@@ -1301,7 +1324,9 @@ class _FruleTest(_Test):
         # no rrule: jax.jvp of the primitive runs the frule, lowered through jax.custom_jvp (an
         # unhashable f has no primitive); only then are its checks traced into the frule's program
         self.lowers = not self.unlowered and lowered_rules(self.f, primals)[0] is None
-        self.inputs = (primals, (f_dot if problem.f_perturbed else NoTangent(), *tangents), fkwargs, problem.tangents)
+        y_bar = _output_seed(problem, self.seed) if self.spec.transposable and problem.index else None
+        self.inputs = (primals, (f_dot if problem.f_perturbed else NoTangent(), *tangents), fkwargs, problem.tangents,
+                       y_bar)
 
     def check_inplaceable_thunks(self) -> None:
         super().check_inplaceable_thunks()
@@ -1353,10 +1378,10 @@ class _FruleTest(_Test):
                           time.perf_counter() - self.start, "fwd+rev")
 
 
-def _transposition_cotangents(spec: _FruleSpec, ps: tuple, fkwargs: dict, y: Any) -> Any:
-    """`(y_bar, rrule(y_bar))` densely for the transposition check, or `()` where the rrule
-    does not implement a cotangent (nothing to compare)."""
-    y_bar = rand_tangent(y, seed=spec.seed + 1)
+def _transposition_cotangents(spec: _FruleSpec, ps: tuple, fkwargs: dict, y: Any, y_bar: Any) -> Any:
+    """`(y_bar, rrule(y_bar))` densely for the transposition check (`y_bar` random if None), or
+    `()` where the rrule does not implement a cotangent (nothing to compare)."""
+    y_bar = rand_tangent(y, seed=spec.seed + 1) if y_bar is None else y_bar
     _, pullback = _call_rule("test_frule", spec.name, "rrule", lambda: rrule(spec.f, *ps, **fkwargs))
     cts = _check_arity("test_frule", spec.name, pullback(y_bar), len(ps))
     x_bars = []

@@ -1003,6 +1003,41 @@ def test_each_tester_call_compiles_one_program_with_the_lowered_checks_in_it(mon
     assert {"jax.jit(jax.jvp)", "jax.vmap"} <= set(report.checks)
 
 
+def test_large_inputs_are_checked_in_one_program_with_the_seed_an_argument(monkeypatch):
+    """Above a few thousand elements too, the rule and the lowered checks are one compiled
+    program per call: the random seeds (test_rrule's y_bar, test_frule's for the transposition
+    check) are made before the trace, from f's output shapes, and passed in, not constants
+    of the program, so another seed runs the same compilations. A wrong rule still fails."""
+    from rules.testing import _compiled
+
+    monkeypatch.setattr(_compiled, "_EXECUTABLES", _compiled.Kept(16))
+    x = jnp.linspace(0.5, 1.5, 5000)
+    cube = with_rrule("one_large_program", lambda x: x**3, lambda y_bar, x: (NoTangent(), 3 * x**2 * y_bar))
+    before = _compiled.stats["checks compiled"]
+    test_rrule(cube, x)
+    assert _compiled.stats["checks compiled"] == before + 1
+    compiled = _compiled.stats["compiled"]
+    test_rrule(cube, x, seed=1)
+    assert _compiled.stats["compiled"] == compiled
+    square = add_frule(with_rrule("large_f", lambda x: x * x, lambda y_bar, x: (NoTangent(), 2 * x * y_bar)),
+                       lambda dots, x: 2 * x * dots[0])
+    before = _compiled.stats["checks compiled"]
+    assert "transposition" in " ".join(test_frule(square, x).checks)
+    assert _compiled.stats["checks compiled"] == before + 1
+    compiled = _compiled.stats["compiled"]
+    test_frule(square, x, seed=1)
+    assert _compiled.stats["compiled"] == compiled
+    wrong = with_rrule("large_wrong", lambda x: x**3, lambda y_bar, x: (NoTangent(), 3.03 * x**2 * y_bar))
+    with pytest.raises(AssertionError, match="cotangent does not match finite differences"):
+        test_rrule(wrong, x)
+    alone = add_frule(fresh_primitive("large_frule_only", lambda x: x * x), lambda dots, x: 2 * x * dots[0])
+    assert {"jax.jit(jax.jvp)", "jax.vmap"} <= set(test_frule(alone, x).checks)
+    # the second point's unbatched value is computed in the program here: a batching error fails
+    seeded = with_rrule("large_seeded", jnp.sin, lambda y_bar, x: (NoTangent(), _first_of_batch(y_bar) * jnp.cos(x)))
+    with pytest.raises(AssertionError, match=r"jax.vmap: batched differs from looped \(batch element 1\)"):
+        test_rrule(seeded, x)
+
+
 def test_the_vmap_checks_second_point_runs_the_rules_own_program_again(monkeypatch):
     """The jax.vmap check's unbatched value at its second point is the rule's program run
     there (no second program): also where the first move leaves f's domain (arccos next to
