@@ -25,19 +25,8 @@ import numpy as np
 from ._compare import host_dot
 from ._compiled import jit
 from ._fdm import (
-    _SHRINK,
-    _SHRINKS,
-    FDMethod,
-    _check_method,
-    _check_step,
-    _combine,
-    _divide,
-    _representable,
-    _x64,
-    backward_fdm,
-    central_fdm,
-    extrapolate_fdm,
-    forward_fdm,
+    _SHRINK, _SHRINKS, FDMethod, _check_method, _check_step, _combine, _divide, _representable, _x64, backward_fdm,
+    central_fdm, extrapolate_fdm, forward_fdm
 )
 
 __all__ = [

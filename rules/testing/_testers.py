@@ -35,20 +35,8 @@ from .._zeros import AbstractZero, NoTangent, ZeroTangent
 from ._compiled import Program, _is_array, _is_small
 from ._compiled import run as run_compiled
 from ._compare import (
-    WithTangent,
-    _perturbable,
-    compare_trees,
-    default_tolerance,
-    dense_like,
-    mask_leaves,
-    not_implemented_mask,
-    rand_tangent,
-    _norm,
-    host_dot,
-    leaf_at,
-    random_values,
-    test_approx,
-    without_not_implemented,
+    WithTangent, _perturbable, compare_trees, default_tolerance, dense_like, mask_leaves, not_implemented_mask,
+    rand_tangent, _norm, host_dot, leaf_at, random_values, test_approx, without_not_implemented
 )
 from ._finite_differences import (
     FDMethod, _fd_inner_jvps, _fd_jvp_by_coordinates, _fd_jvps, _sided, _x64, central_fdm, fd_jacobian, fd_vjp,
@@ -481,17 +469,22 @@ def _slot(f: Any, ps: tuple, i: int) -> Any:
     return f if i < 0 else ps[i]
 
 
-def _output_seed(problem: _Problem, seed: int) -> Any:
-    """`rand_tangent` of f's output at the problem's point, made before the rule's program is
-    traced (from `jax.eval_shape`, the same values as of the output itself), so that it is an
-    argument of the program, not a constant in its text; None where f's output is not arrays
-    or f cannot be traced (the rule's body then makes it)."""
+def _trace_of_f(problem: _Problem) -> Any:
+    """f's jaxpr at the problem's point and its output shapes (`jax.make_jaxpr`'s
+    `return_shape`), one trace per tester call; None where f cannot be traced."""
     raw, ps, fkwargs = problem.raw, problem.primals, problem.fkwargs
     try:
-        shapes = jax.eval_shape(lambda: raw(*ps, **fkwargs))
-    except Exception:  # noqa: BLE001 - not traceable: the body makes the seed (or reports why f fails)
+        return jax.make_jaxpr(lambda: raw(*ps, **fkwargs), return_shape=True)()
+    except Exception:  # noqa: BLE001 - not traceable: the checks that trace it report why
         return None
-    return rand_tangent(jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), shapes), seed=seed + 1)
+
+
+def _output_seed(trace: Any, seed: int) -> Any:
+    """`rand_tangent` of f's output made from its shapes before the rule's program is traced
+    (the same values), an argument of the program, not a constant in its text; None where f
+    cannot be traced (the rule's body makes it then)."""
+    return None if trace is None else rand_tangent(
+        jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), trace[1]), seed=seed + 1)
 
 
 class _RruleResult(NamedTuple):
@@ -633,6 +626,8 @@ class _Test:
         f, f_dot, primals, tangents, self.via_jax = _start(self.tester, self.table, f, args, seed, given)
         self.f, self.name, self.seed, self.check_jit, self.check_vmap = f, function_name(f), seed, check_jit, check_vmap
         self.problem = _Problem(f, primals, tangents, fkwargs, f_dot)
+        self.trace = _trace_of_f(self.problem)
+        self.reverse_only = self.trace is not None and _calls_custom_vjp(self.trace[0].jaxpr)
         self.compiled = check_jit
         self.fdm, self.worst = fdm or _DEFAULT_FDM, 0.0
         self._prepare(given, f_dot, primals, tangents, fkwargs, **options)
@@ -778,13 +773,13 @@ class _RruleTest(_Test):
     def _prepare(self, given, f_dot, primals, tangents, fkwargs, *, output_tangent, check_thunked, mode):
         problem = self.problem
         self.check_thunked = check_thunked
-        self.reverse_only = problem.plain and _reverse_only(problem)
+        self.reverse_only = problem.plain and self.reverse_only
         self.with_frule = _has(frule, self.f, primals)
         # a JAX function (jax.custom_vjp, custom_jvp, plain) has JAX's own jax.vjp checked
         self.spec = _RruleSpec(self.name, self.f, _jax_rrule if self.via_jax else given, self.seed,
                                tuple(problem.index), check_thunked)
         if output_tangent is None:
-            output_tangent = _output_seed(problem, self.seed)
+            output_tangent = _output_seed(self.trace, self.seed)
         self.inputs = (primals, fkwargs, output_tangent, dict(zip(problem.index, problem.tangents)))
         self.mode = ("exact" if problem.size() <= EXACT_MODE_LIMIT else "fast") if mode == "auto" else mode
         if self.mode not in ("exact", "fast"):
@@ -1145,17 +1140,9 @@ def _primitive_for(problem: _Problem) -> Any:
     return f if isinstance(f, Primitive) or problem.plain else Primitive(f)
 
 
-def _reverse_only(problem: _Problem) -> bool:
-    """Whether JAX has no forward mode for f here: its jaxpr at these arguments calls a
-    `jax.custom_vjp` (jax.jvp of one raises; it is not a fault of the rule)."""
-    try:
-        closed = jax.make_jaxpr(problem.raw_fn)(*problem.args)
-    except Exception:  # noqa: BLE001 - not traceable: the checks that trace it report why
-        return False
-    return _calls_custom_vjp(closed.jaxpr)
-
-
 def _calls_custom_vjp(jaxpr: Any) -> bool:
+    """Whether JAX has no forward mode for a jaxpr: it calls a `jax.custom_vjp` (jax.jvp of
+    one raises; it is not a fault of the rule)."""
     for eqn in jaxpr.eqns:
         if eqn.primitive.name.startswith("custom_vjp"):
             return True
@@ -1313,7 +1300,7 @@ class _FruleTest(_Test):
 
     def _prepare(self, given, f_dot, primals, tangents, fkwargs):
         problem = self.problem
-        if self.via_jax and _reverse_only(problem):
+        if self.via_jax and self.reverse_only:
             self.fail("f calls a jax.custom_vjp, and JAX has no forward mode for it (jax.jvp raises)",
                       expected="a function with forward mode: a jax.custom_jvp, plain JAX code, or a primitive with "
                       "an frule", got="a jax.custom_vjp inside f", fix=f"check its reverse mode with `test_rrule({self.name}, ...)`")
@@ -1324,7 +1311,7 @@ class _FruleTest(_Test):
         # no rrule: jax.jvp of the primitive runs the frule, lowered through jax.custom_jvp (an
         # unhashable f has no primitive); only then are its checks traced into the frule's program
         self.lowers = not self.unlowered and lowered_rules(self.f, primals)[0] is None
-        y_bar = _output_seed(problem, self.seed) if self.spec.transposable and problem.index else None
+        y_bar = _output_seed(self.trace, self.seed) if self.spec.transposable and problem.index else None
         self.inputs = (primals, (f_dot if problem.f_perturbed else NoTangent(), *tangents), fkwargs, problem.tangents,
                        y_bar)
 
