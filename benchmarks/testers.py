@@ -23,8 +23,11 @@ as shipped (with its jit/vmap checks of the lowered primitive) and with those ch
 (`core`: the rule, its eager lowering and finite differences; what check_grads does, plus
 the rule's conventions). Everything in `core` runs eagerly, so its first call compiles each
 operation on its own (the transposed pullback's forward-mode check alone ~0.18 s at 10^2):
-slower to start than the default, which compiles each check as one program. Calls of f are counted by a host callback in f, in a separate run;
-a vmapped batch of stencil points is one call.
+slower to start than the default, which compiles each check as one program (at every size:
+up to 10^3 elements since issue 25's first steps; from 10^4 on since the seeds are arguments
+of the program, which took the first call at 10^4..10^6 from 2.1-2.3x check_grads' to
+0.9-1.9x). Calls of f are counted by a host callback in f, in a separate run; a vmapped
+batch of stencil points is one call.
 
 Where the time of the core check goes at 10^6 elements: the step's 6-point estimate of
 f^(5) and the 4-point stencil are 10 evaluations of f (check_grads: 2, at a fixed step, which
