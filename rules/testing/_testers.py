@@ -617,7 +617,7 @@ class _Test:
     body: Callable  # the rule and its checks, traced into one program (`_rrule_body`, `_frule_body`)
     spec: Any  # fixed while `body` is traced
     inputs: tuple  # `body`'s arguments after `spec` (its partner added by `_arguments`)
-    lowers = transposition = second = False  # `_InProgram`'s: whether its checks can be traced into `body`
+    lowers = transposition = second = False  # `_InProgram`'s: which checks are traced into `body`
     derivative = ""  # what the rule gives, in messages
     derivatives: Callable[[Any], list]  # (argument, value) of each derivative in a result of `body`
 
@@ -627,8 +627,7 @@ class _Test:
         self.f, self.name, self.seed, self.check_jit, self.check_vmap = f, function_name(f), seed, check_jit, check_vmap
         self.problem = _Problem(f, primals, tangents, fkwargs, f_dot)
         self.trace = _trace_of_f(self.problem)
-        self.reverse_only = self.trace is not None and _calls_custom_vjp(self.trace[0].jaxpr)
-        self.compiled = check_jit
+        self.calls_custom_vjp = self.trace is not None and _calls_custom_vjp(self.trace[0].jaxpr)
         self.fdm, self.worst = fdm or _DEFAULT_FDM, 0.0
         self._prepare(given, f_dot, primals, tangents, fkwargs, **options)
         self.ev = self._evaluate()
@@ -651,11 +650,11 @@ class _Test:
         primitive under `jax.jit` then report why.
         """
         problem, body, self.program = self.problem, functools.partial(self.body, self.spec), None
-        self.vmap_in_program = self.compiled and self.check_vmap and _movable(problem)  # no partner made eagerly
+        self.vmap_in_program = self.check_jit and self.check_vmap and _movable(problem)  # no partner made eagerly
         partner = _partner(problem, self.seed, _VMAP_STEPS[0]) if self.vmap_in_program else None
         args = _arguments(self, partner, False)
-        candidates = [body] if self.compiled else []
-        if self.compiled and problem.index and self.lowers:
+        candidates = [body] if self.check_jit else []
+        if self.check_jit and problem.index and self.lowers:
             # on large inputs the second point's unbatched value is computed in the program
             # (one more derivative) rather than by running the whole program there
             self.second = self.vmap_in_program and not _is_small(jax.tree_util.tree_leaves(problem.args))
@@ -701,7 +700,7 @@ class _Test:
     def _traced_like_eager(self) -> None:
         """After a failed check of the rule's compiled program: fail saying so if the rule gives
         other values eagerly (a code path taken only when traced)."""
-        if not self.compiled:
+        if not self.check_jit:
             return
         rtol, atol = _lowered_tol(self.problem.args, self.ev.y)
         for (argument, traced), (_, eager) in zip(self.derivatives(self.ev),
@@ -773,7 +772,7 @@ class _RruleTest(_Test):
     def _prepare(self, given, f_dot, primals, tangents, fkwargs, *, output_tangent, check_thunked, mode):
         problem = self.problem
         self.check_thunked = check_thunked
-        self.reverse_only = problem.plain and self.reverse_only
+        self.reverse_only = problem.plain and self.calls_custom_vjp
         self.with_frule = _has(frule, self.f, primals)
         # a JAX function (jax.custom_vjp, custom_jvp, plain) has JAX's own jax.vjp checked
         self.spec = _RruleSpec(self.name, self.f, _jax_rrule if self.via_jax else given, self.seed,
@@ -1300,7 +1299,7 @@ class _FruleTest(_Test):
 
     def _prepare(self, given, f_dot, primals, tangents, fkwargs):
         problem = self.problem
-        if self.via_jax and self.reverse_only:
+        if self.via_jax and self.calls_custom_vjp:
             self.fail("f calls a jax.custom_vjp, and JAX has no forward mode for it (jax.jvp raises)",
                       expected="a function with forward mode: a jax.custom_jvp, plain JAX code, or a primitive with "
                       "an frule", got="a jax.custom_vjp inside f", fix=f"check its reverse mode with `test_rrule({self.name}, ...)`")
