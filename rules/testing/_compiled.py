@@ -143,13 +143,17 @@ def _key(stage: Any, lowered: Any, options: dict, placement: tuple) -> Any:
     """What identifies a compiled program completely, or None where nothing can: a digest
     of the lowered module's text (every operation and constant, nested jaxprs' included,
     shapes, shardings, precision), the trace's constants by value, the argument and result
-    structures, the compiler options, the backend and the arguments' placement. None for a program that calls back
-    into Python (`holds_host_callback`)."""
+    structures, the results' weak types, the compiler options, the backend and the
+    arguments' placement. None for a program that calls back into Python
+    (`holds_host_callback`). `stage` is traced with `keep_unused=True`: otherwise JAX drops
+    the arguments nothing reads, and two programs that read different arguments of one shape
+    print alike (the executable holds which ones it reads, the text does not)."""
     text = lowered.as_text()
     if holds_host_callback(text):
         return None
+    results = tuple((r.shape, str(r.dtype), getattr(r, "weak_type", False)) for r in stage.jaxpr.out_avals)
     return (hashlib.blake2b(text.encode()).digest(), _values_key(stage.jaxpr.consts),
-            _tree_key(lowered.in_tree), _tree_key(lowered.out_tree), tuple(sorted(options.items())),
+            _tree_key(lowered.in_tree), _tree_key(lowered.out_tree), results, tuple(sorted(options.items())),
             jax.default_backend(), placement)
 
 
@@ -181,9 +185,10 @@ stats = {"compiled": 0, "reused": 0, "checks compiled": 0}
 
 
 def compiled(stage: Any, leaves: list) -> Any:
-    """The executable of a traced program (`jax.jit(f).trace(...)`): lowered every time, and
-    compiled unless an executable of the same program (`_key`) is kept; `leaves`: the
-    arguments it was traced with. Small programs on CPU compile with `_QUICK_OPTIONS`."""
+    """The executable of a traced program (`jax.jit(f, keep_unused=True).trace(...)`, see
+    `_key`): lowered every time, and compiled unless an executable of the same program
+    (`_key`) is kept; `leaves`: the arguments it was traced with. Small programs on CPU
+    compile with `_QUICK_OPTIONS`."""
     options = _quick_options() if _is_small(leaves) else {}
     lowered = stage.lower()
     key = _key(stage, lowered, options, tuple(getattr(leaf, "sharding", None) for leaf in leaves))
@@ -203,14 +208,9 @@ def _signature(args: tuple) -> tuple:
     and each leaf's type, shape, dtype, weak type and placement (a non-array leaf by
     type and exact value, as `jax.jit` keys a static one)."""
     leaves, treedef = jax.tree_util.tree_flatten(args)
-    out: list[tuple] = []
-    for leaf in leaves:
-        if isinstance(leaf, _ARRAYS):
-            out.append((type(leaf) is np.ndarray, np.shape(leaf), str(leaf.dtype), getattr(leaf, "weak_type", False),
-                        getattr(leaf, "sharding", None)))
-        else:
-            out.append((type(leaf), repr(leaf)))
-    return _tree_key(treedef), tuple(out)
+    return _tree_key(treedef), tuple((type(leaf) is np.ndarray, np.shape(leaf), str(leaf.dtype),
+                                      getattr(leaf, "weak_type", False), getattr(leaf, "sharding", None))
+                                     if isinstance(leaf, _ARRAYS) else (type(leaf), repr(leaf)) for leaf in leaves)
 
 
 class jit:
@@ -229,7 +229,7 @@ class jit:
         signature = _signature(args)
         program = self._programs.get(signature)
         if program is None:
-            stage = jax.jit(self.fn).trace(*args)
+            stage = jax.jit(self.fn, keep_unused=True).trace(*args)
             program = compiled(stage, jax.tree_util.tree_leaves(args))
             self._programs[signature] = program
         return program(*args)
@@ -250,7 +250,7 @@ class Program:
         dynamic = [leaves[k] for k in self.where]
         self.kinds = [(np.shape(d), d.dtype) for d in dynamic]
         self.traced = _Traced(body, leaves, self.treedef, self.where)
-        stage = jax.jit(self.traced).trace(*dynamic)
+        stage = jax.jit(self.traced, keep_unused=True).trace(*dynamic)
         before = stats["compiled"]
         self.program = compiled(stage, dynamic)
         stats["checks compiled"] += stats["compiled"] - before

@@ -516,7 +516,9 @@ def _rrule_body(spec: _RruleSpec, ps: tuple, fkwargs: dict, output_tangent: Any,
     for i in range(-1, len(ps)):
         x, ct = _slot(f, ps, i), cts[1 + i]
         if i not in spec.indices:
-            _check_no_tangent(tester, name, i, ct, "function" if i < 0 else ("marked" if _perturbable(x) else "fixed"))
+            why = "function" if i < 0 else ("marked" if _perturbable(x) else "fixed")
+            if why != "marked" or spec.rrule_f is not _jax_rrule:  # JAX gives every float argument one
+                _check_no_tangent(tester, name, i, ct, why)
             continue
         parts = jax.tree_util.tree_flatten_with_path(ct, is_leaf=lambda t: isinstance(t, InplaceableThunk))[0]
         for path, part in parts:

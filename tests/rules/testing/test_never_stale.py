@@ -449,6 +449,43 @@ def _abc_registered():
     return psin, (Point(X),), lambda: None, lambda: Kind.register(Point)
 
 
+def _which_closed_over_array():
+    """f reads one of two closed-over arrays of one shape and reduces the other to nothing
+    used: the finite differences' program takes f's constants as arguments and JAX drops an
+    unused one, so the two programs print alike and differ in which argument they read."""
+    c1, c2 = np.array([1.0, 1.5, 2.0]), np.array([5.0, 7.0, 9.0])
+    state = {"f": c1, "rule": c1}
+
+    @rules.primitive
+    def scaled_sin(x):  # both arrays are constants of its trace, in the order they are met
+        if state["f"] is c1:
+            y, _ = jnp.sin(x) * c1, jnp.sum(c2)  # a diagnostic left in, unused
+        else:
+            _, y = jnp.sum(c1), jnp.sin(x) * c2
+        return y
+
+    @scaled_sin.rrule
+    def scaled_sin_rrule(x):
+        c = state["rule"]
+        return scaled_sin(x), lambda y_bar: (NoTangent(), rules.unthunk(y_bar) * jnp.cos(x) * c)
+
+    return scaled_sin, (X,), lambda: state.update(f=c2, rule=c2), lambda: state.update(rule=c2 * 1.01)
+
+
+def _which_argument():
+    """A plain JAX f (its own derivative checked) reads one of two arguments of one shape,
+    the other unused: the check's program drops it, and the two programs print alike."""
+    from rules.testing import with_tangent
+
+    state = {"b": False}
+
+    def f(x, a, b):
+        return jnp.sin(x) * (b if state["b"] else a)
+
+    a, b = with_tangent(jnp.array([1.0, 1.5, 2.0]), NoTangent()), with_tangent(jnp.array([5.0, 7.0, 9.0]), NoTangent())
+    return f, (X, a, b), lambda: state.update(b=True), lambda: False  # JAX's own derivative stays right
+
+
 SCENARIOS = {
     "os.environ": _env,
     "os.getenv": _getenv,
@@ -483,6 +520,8 @@ SCENARIOS = {
     "static data: a function reading a global": _aux_function_reading_a_global,
     "a Partial's callback": _partial_callback,
     "dispatch by abc.ABC.register": _abc_registered,
+    "which of two closed-over arrays f reads": _which_closed_over_array,
+    "which of two arguments f reads": _which_argument,
 }
 
 

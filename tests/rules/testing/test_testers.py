@@ -1158,6 +1158,20 @@ def test_a_rule_closing_over_a_typed_prng_key_is_checked_and_its_program_keyed_b
     np.testing.assert_allclose(second, jax.random.normal(jax.random.key(2), (3,)), rtol=1e-12)
 
 
+def test_programs_that_print_alike_keep_their_own_arguments_and_result_types():
+    """The module's text does not say which arguments an executable reads (JAX drops the
+    unused ones) nor whether a result is weakly typed: two programs alike in text but not in
+    those each run as traced (scenarios of whole checks: test_never_stale.py)."""
+    from rules.testing import _compiled
+
+    a, b = jnp.array([1.0, 2.0]), jnp.array([5.0, 7.0])
+    np.testing.assert_array_equal(_compiled.run(lambda x, y: x * 2, a, b), a * 2)
+    np.testing.assert_array_equal(_compiled.run(lambda x, y: y * 2, a, b), b * 2)
+    weak, strong = jnp.asarray(2.0), jnp.array(2.0, dtype=jnp.float64)
+    assert _compiled.run(lambda x: x * 2, weak).weak_type
+    assert not _compiled.run(lambda x: x * 2, strong).weak_type
+
+
 def test_kept_programs_check_the_values_of_each_call():
     """Same signature, new values: a rule wrong only for negative inputs passes at positive
     ones and fails at negative ones, whatever ran before."""
