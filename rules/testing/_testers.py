@@ -92,22 +92,19 @@ def _full_precision(tester: Callable) -> Callable:
     return at_full_precision
 
 
-def _fail(tester: str, name: str, what: str, **sections: Any) -> None:
-    raise AssertionError(format_message(f"{tester}({name}): {what}", **sections))
+def _fail(tester: str, name: str, what: str, cause: BaseException | None = None, **sections: Any) -> None:
+    failure = AssertionError(format_message(f"{tester}({name}): {what}", **sections))
+    if cause is not None:
+        raise failure from cause
+    raise failure
 
 
 # ----- arguments ------------------------------------------------------------------------------
 def _unpack(args: tuple, seed: int) -> tuple[tuple, tuple]:
-    rng = np.random.default_rng(seed)
-    primals, tangents = [], []
-    for a in args:
-        if isinstance(a, WithTangent):
-            primals.append(a.primal)
-            tangents.append(a.tangent)
-        else:
-            primals.append(a)
-            tangents.append(_held_zero(rand_tangent(a, seed=rng), a))
-    return tuple(primals), tuple(tangents)
+    rng = np.random.default_rng(seed)  # drawn in order, for the unmarked arguments only
+    pairs = [(a.primal, a.tangent) if isinstance(a, WithTangent) else (a, _held_zero(rand_tangent(a, seed=rng), a))
+             for a in args]
+    return tuple(p for p, _ in pairs), tuple(t for _, t in pairs)
 
 
 def _held_zero(t: Any, primal: Any) -> Any:
@@ -195,11 +192,8 @@ def _call_rule(tester: str, name: str, kind: str, call: Callable[[], Any]) -> tu
 
 def _evaluated(t: Any) -> Any:
     """`t` with every thunk in it evaluated, once (NotImplementedTangents kept)."""
-    return jax.tree_util.tree_map(
-        lambda v: _evaluated(unthunk(v)) if isinstance(v, AbstractThunk) else v,
-        unthunk(t),
-        is_leaf=lambda v: isinstance(v, AbstractThunk),
-    )
+    return jax.tree_util.tree_map(lambda v: _evaluated(unthunk(v)) if isinstance(v, AbstractThunk) else v, unthunk(t),
+                                  is_leaf=lambda v: isinstance(v, AbstractThunk))
 
 
 def _zero_like(x: Any) -> Any:
@@ -222,9 +216,8 @@ class _Problem:
         # f has no rules: JAX differentiates f itself (its custom_vjp / custom_jvp, or its code)
         self.plain = not isinstance(f, Primitive) and not (_has(rrule, f, primals) or _has(frule, f, primals))
         self.f_perturbed = _perturbable(f) and not isinstance(f_dot, NoTangent)
-        self.index = ([-1] if self.f_perturbed else []) + [
-            i for i, (x, t) in enumerate(zip(primals, tangents)) if _perturbable(x) and not isinstance(t, NoTangent)
-        ]
+        self.index = ([-1] if self.f_perturbed else []) + [i for i, (x, t) in enumerate(zip(primals, tangents))
+                                                            if _perturbable(x) and not isinstance(t, NoTangent)]
         self.raw = unwrap(f)
         every = (f_dot, *tangents)
         self.args = tuple(self.primal(i) for i in self.index)
@@ -237,8 +230,7 @@ class _Problem:
         """The same problem with the slots in `drop` fixed (not perturbed)."""
         keep = [k for k, i in enumerate(self.index) if i not in drop]
         new = copy.copy(self)
-        new.index = [self.index[k] for k in keep]
-        new.args = tuple(self.args[k] for k in keep)
+        new.index, new.args = [self.index[k] for k in keep], tuple(self.args[k] for k in keep)
         new.tangents = tuple(self.tangents[k] for k in keep)
         new.f_perturbed = -1 in new.index
         return new
@@ -672,7 +664,15 @@ class _Test:
                 continue
             self.program = program if candidate is not body else None
             return result
-        return body(*args)
+        try:
+            return body(*args)
+        except Exception as err:  # from JAX's own derivative of a JAX function: it rejected the custom rule
+            if isinstance(err, AssertionError) or not self.via_jax:
+                raise  # a check failed, or the rule's own error from the user's code
+            _fail(self.tester, self.name, f"JAX's own jax.{'vjp' if self.kind == 'rrule' else 'jvp'} of f raised an error",
+                  got=f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}", cause=err,
+                  fix="a custom rule returns one tangent per primal input, each of its primal's shape and dtype "
+                  "(a custom_vjp's bwd: a tuple of cotangents; a custom_jvp's rule: (y, y_dot))")
 
     def fail(self, what: str, **sections: Any) -> None:
         _fail(self.tester, self.name, what, **sections)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import rules
-from rules.testing import test_frule, test_rrule, test_scalar
+from rules.testing import test_frule, test_rrule, test_scalar, with_tangent
 
 X = jnp.array([0.3, -1.2, 0.7])
 Y = jnp.array([1.1, 0.4, -0.5])
@@ -105,6 +105,29 @@ def test_a_wrong_custom_jvp_is_caught(error):
         test_frule(custom_jvp_softplus(1 + error), X)
     with pytest.raises(AssertionError, match="cotangent does not match finite differences"):
         test_rrule(custom_jvp_softplus(1 + error), X)
+
+
+def test_an_argument_of_a_jax_function_marked_not_differentiated_is_held_fixed():
+    """JAX's derivative gives every float argument a cotangent; one marked
+    `with_tangent(y, NoTangent())` is not perturbed and its cotangent not checked."""
+    fixed = with_tangent(Y, rules.NoTangent())
+    assert "finite differences (exact)" in test_rrule(custom_vjp_sin_times(), X, fixed).checks
+    assert "finite differences (exact)" in test_rrule(lambda x, y: jnp.sin(x) * y, X, fixed).checks
+    with pytest.raises(AssertionError, match=r"(?s)cotangent does not match finite differences.*argument 1"):
+        test_rrule(custom_vjp_sin_times(1.01), X, fixed)
+
+
+def test_a_custom_rule_that_jax_rejects_fails_the_check_naming_the_function():
+    """JAX checks a custom_vjp's cotangent shapes and a custom_jvp's tangent dtypes itself;
+    its error is the check's failure, not an exception escaping the tester."""
+    f = jax.custom_vjp(jnp.sin)
+    f.defvjp(lambda x: (jnp.sin(x), x), lambda x, y_bar: ((y_bar * jnp.cos(x))[None],))
+    with pytest.raises(AssertionError, match=r"(?s)test_rrule\(.*sin\): JAX's own jax.vjp of f raised.*ValueError"):
+        test_rrule(f, X)
+    g = custom_jvp_softplus()
+    g.defjvp(lambda p, t: (g(p[0]), (jax.nn.sigmoid(p[0]) * t[0]).astype(jnp.float64)))
+    with pytest.raises(AssertionError, match=r"(?s)JAX's own jax.jvp of f raised.*TypeError"):
+        test_frule(g, X.astype(jnp.float32))
 
 
 def test_a_plain_jax_function_is_checked_like_check_grads_but_stronger():
