@@ -1143,10 +1143,13 @@ def _primitive_for(problem: _Problem) -> Any:
 
 def _calls_custom_vjp(jaxpr: Any) -> bool:
     """Whether JAX has no forward mode for a jaxpr: it calls a `jax.custom_vjp` (jax.jvp of
-    one raises; it is not a fault of the rule)."""
+    one raises; it is not a fault of the rule). A `jax.custom_jvp`'s body is not looked into:
+    its own rule gives its forward mode."""
     for eqn in jaxpr.eqns:
         if eqn.primitive.name.startswith("custom_vjp"):
             return True
+        if eqn.primitive.name.startswith("custom_jvp"):
+            continue
         for param in eqn.params.values():
             for sub in param if isinstance(param, (tuple, list)) else (param,):
                 inner = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr's jaxpr, or a Jaxpr

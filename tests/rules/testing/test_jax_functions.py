@@ -201,6 +201,15 @@ def test_the_custom_vjp_detection_sees_through_nested_jaxprs():
     assert _calls_custom_vjp(jax.make_jaxpr(nested)(X).jaxpr)
     assert not _calls_custom_vjp(jax.make_jaxpr(custom_jvp_softplus())(X).jaxpr)
     assert not _calls_custom_vjp(jax.make_jaxpr(lambda v: jnp.sin(v) * 2)(X).jaxpr)
+
+    @jax.custom_jvp  # a custom_vjp in its body: its own rule gives JAX forward mode
+    def outer(x):
+        return inner(x, x)
+
+    outer.defjvp(lambda p, t: (outer(*p), (jnp.cos(p[0]) * p[0] + jnp.sin(p[0])) * t[0]))
+    assert not _calls_custom_vjp(jax.make_jaxpr(outer)(X).jaxpr)
+    assert test_frule(outer, X).kind == "jax.jvp"
+    assert test_rrule(outer, X).modes == "fwd+rev"
     np.testing.assert_allclose(jax.grad(nested)(X), np.cos(X) * X + np.sin(X), rtol=1e-12)
 
 
