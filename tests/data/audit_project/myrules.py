@@ -1,5 +1,7 @@
 """A small project with custom derivatives, as a user writes them (audited by tests/test_audit.py)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -55,3 +57,56 @@ def _cube_rrule(x):
 def only_traced(x):
     """Called only under jax.jit in the tests: never recorded."""
     return softclip(x) * 2
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def reduce(x, how):
+    return jnp.sum(x) if how == "sum" else jnp.mean(x)
+
+
+def _reduce_fwd(x, how):
+    return reduce(x, how), x
+
+
+def _reduce_bwd(how, x, g):
+    return (jnp.full_like(x, g if how == "sum" else 1.01 * g / x.size),)  # wrong for "mean" only
+
+
+reduce.defvjp(_reduce_fwd, _reduce_bwd)
+
+
+@jax.custom_vjp
+def norm2(x):
+    if x.ndim != 1:
+        raise ValueError("norm2 takes a vector")
+    return jnp.sum(x * x)
+
+
+norm2.defvjp(lambda x: (norm2(x), x), lambda x, g: (2 * g * x,))
+
+
+@jax.custom_vjp
+def noisy(x, seed):
+    return jnp.sin(x) * seed
+
+
+noisy.defvjp(lambda x, seed: (noisy(x, seed), (x, seed)), lambda r, g: (g * jnp.cos(r[0]) * r[1], jnp.sum(g * jnp.sin(r[0]))))
+
+
+@rules.primitive
+def tolerant(x, *, rtol):
+    return x * rtol
+
+
+@tolerant.rrule
+def _tolerant_rrule(x, *, rtol):
+    return tolerant(x, rtol=rtol), lambda y_bar: (rules.NoTangent(), rules.unthunk(y_bar) * rtol)
+
+
+@jax.custom_jvp
+def outer(x):
+    """A custom_jvp whose body calls a custom_vjp: its own rule gives JAX forward mode."""
+    return softclip(x) * x
+
+
+outer.defjvp(lambda p, t: (outer(*p), ((1 - jnp.tanh(p[0]) ** 2) * p[0] + jnp.tanh(p[0])) * t[0]))
