@@ -663,6 +663,21 @@ def test_scalar_complex_function_via_scalar_rule():
     assert max(r.max_error for r in reports) < 1e-8
 
 
+def test_scalar_compares_each_partial_relative_to_the_largest():
+    """d(Re 1/z)/d(Re z) is 0 at 0.01 + 0.01j beside partials of 5000: the differences' rounding
+    (~1e-9) is no failure, and a partial 1e-6 wrong is still one."""
+    @rules.primitive
+    def inv(z):
+        return 1 / z
+
+    rules.scalar_rule(inv, lambda z, y: -(y ** 2))
+    test_scalar(inv, 0.01 + 0.01j)
+    test_scalar(lambda z: 1 / z, 0.01 + 0.01j)  # JAX's own derivative
+    rules.scalar_rule(inv, lambda z, y: -(y ** 2) * (1 + 1e-6))
+    with pytest.raises(AssertionError, match="does not match finite differences"):
+        test_scalar(inv, 0.01 + 0.01j)
+
+
 def test_scalar_of_a_primitive_without_a_rule_says_so():
     """A primitive of ours without a rule asks for one; a plain function instead has JAX's own
     derivatives checked (tests/rules/testing/test_jax_functions.py)."""
