@@ -170,9 +170,7 @@ def without_not_implemented(t: Any) -> Any:
             return without_not_implemented(v)
         return v
 
-    return jax.tree_util.tree_map(
-        replace, unthunk(t), is_leaf=lambda v: isinstance(v, (NotImplementedTangent, AbstractThunk))
-    )
+    return jax.tree_util.tree_map(replace, unthunk(t), is_leaf=lambda v: isinstance(v, (NotImplementedTangent, AbstractThunk)))
 
 
 def not_implemented_mask(t: Any, like: Any) -> list[bool]:
@@ -210,9 +208,8 @@ def mask_leaves(tree: Any, mask: list[bool], like: Any) -> Any:
     if not any(mask):
         return tree
     mask_tree = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), list(mask))
-    return jax.tree_util.tree_map(
-        lambda m, v: np.zeros_like(np.asarray(v)) if m and is_differentiable_leaf(v) else v, mask_tree, tree
-    )
+    return jax.tree_util.tree_map(lambda m, v: np.zeros_like(np.asarray(v)) if m and is_differentiable_leaf(v) else v,
+                                  mask_tree, tree)
 
 
 def default_tolerance(*trees: Any) -> tuple[float, float]:
@@ -220,9 +217,7 @@ def default_tolerance(*trees: Any) -> tuple[float, float]:
     low = False
     for tree in trees:
         for leaf in jax.tree_util.tree_leaves(tree):
-            if is_differentiable_leaf(leaf) and np.dtype(jnp.result_type(leaf)).itemsize <= (
-                8 if jnp.iscomplexobj(leaf) else 4
-            ):
+            if is_differentiable_leaf(leaf) and np.dtype(jnp.result_type(leaf)).itemsize <= (8 if jnp.iscomplexobj(leaf) else 4):
                 low = True
     return (1e-4, 1e-6) if low else (1e-8, 1e-10)
 
@@ -366,10 +361,8 @@ def _by_fields(actual: Any, expected: Any, msg: str, rtol: float | None, atol: f
             return True
     if isinstance(actual, Tangent) and not isinstance(expected, Tangent) and _is_node(expected):
         if not isinstance(expected, actual.primal_type) or type(expected) is not actual.primal_type:
-            raise AssertionError(
-                "test_approx: a Tangent of another type" + (f": {msg}" if msg else "")
-                + f"\n  expected: {type(expected).__name__} {expected!r}\n  got:      {actual!r}"
-            )
+            raise AssertionError("test_approx: a Tangent of another type" + (f": {msg}" if msg else "")
+                                 + f"\n  expected: {type(expected).__name__} {expected!r}\n  got:      {actual!r}")
     if not isinstance(expected, Tangent):
         return False
     if not isinstance(actual, Tangent) or actual.primal_type is not expected.primal_type:
@@ -389,18 +382,13 @@ def _approx_arrays(actual: Any, like: Any, msg: str, rtol: float | None, atol: f
     like = mask_leaves(like, skip, like)
     if rtol is None or atol is None:
         d_rtol, d_atol = default_tolerance(like, actual)
-        rtol = d_rtol if rtol is None else rtol
-        atol = d_atol if atol is None else atol
-    chex.assert_trees_all_equal_structs(
-        jax.tree_util.tree_map(lambda _: 0, actual), jax.tree_util.tree_map(lambda _: 0, like)
-    )
+        rtol, atol = (d_rtol if rtol is None else rtol), (d_atol if atol is None else atol)
+    chex.assert_trees_all_equal_structs(jax.tree_util.tree_map(lambda _: 0, actual), jax.tree_util.tree_map(lambda _: 0, like))
     _, bad = compare_trees(actual, like, rtol, atol)
     if bad:
-        raise AssertionError(
-            f"test_approx: the values differ at leaf {bad[0] or '<root>'}" + (f": {msg}" if msg else "")
-            + f"\n  expected: {_show(leaf_at(like, bad[0]))}\n  got:      {_show(leaf_at(actual, bad[0]))}"
-            + f"\n  (rtol={rtol:g}, atol={atol:g})"
-        )
+        raise AssertionError(f"test_approx: the values differ at leaf {bad[0] or '<root>'}" + (f": {msg}" if msg else "")
+                             + f"\n  expected: {_show(leaf_at(like, bad[0]))}\n  got:      {_show(leaf_at(actual, bad[0]))}"
+                             + f"\n  (rtol={rtol:g}, atol={atol:g})")
 
 
 def _not_implemented_alike(actual: Any, expected: Any, msg: str) -> None:
@@ -408,10 +396,8 @@ def _not_implemented_alike(actual: Any, expected: Any, msg: str) -> None:
     comparison broken, not failed; two of them must be the same one."""
     if isinstance(actual, NotImplementedTangent) and isinstance(expected, NotImplementedTangent):
         if (actual.info, actual.source) != (expected.info, expected.source):
-            raise AssertionError(
-                "test_approx: two different NotImplementedTangents" + (f": {msg}" if msg else "")
-                + f"\n  expected: {expected!r}\n  got:      {actual!r}"
-            )
+            raise AssertionError("test_approx: two different NotImplementedTangents" + (f": {msg}" if msg else "")
+                                 + f"\n  expected: {expected!r}\n  got:      {actual!r}")
 
 
 def _is_node(x: Any) -> bool:

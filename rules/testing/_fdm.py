@@ -55,10 +55,8 @@ def _x64(name: str):
     if enable is not None:
         return enable(True)
     if not jax.config.jax_enable_x64:
-        raise RuntimeError(
-            f"`{name}` differences in float64, but float64 is disabled in this JAX; call "
-            "`jax.config.update('jax_enable_x64', True)` before using finite differences."
-        )
+        raise RuntimeError(f"`{name}` differences in float64, but float64 is disabled in this JAX; call "
+                           "`jax.config.update('jax_enable_x64', True)` before using finite differences.")
     return contextlib.nullcontext()
 
 
@@ -241,11 +239,8 @@ class FDMethod:
         return cls("custom", len(points), q, adapt, max_range, factor, points)
 
     def __repr__(self) -> str:
-        extras = "".join(
-            f", {k}={getattr(self, k)!r}"
-            for k, default in (("max_range", math.inf), ("factor", 1.0))
-            if getattr(self, k) != default
-        )
+        extras = "".join(f", {k}={getattr(self, k)!r}" for k, default in (("max_range", math.inf), ("factor", 1.0))
+                         if getattr(self, k) != default)
         coefs = ", ".join(str(c) for c in self.exact_coefs)
         made = f"from_grid({self.grid}, {self.q})" if self.kind == "custom" else f"{self.kind}_fdm({self.p}, {self.q})"
         return f"<FDMethod {made}: grid={self.grid}, coefs=({coefs}), adapt={self.adapt}{extras}>"

@@ -490,11 +490,9 @@ def _scalar_output_check(name: str) -> Callable[[_Layout], None]:
     def check_output(out: _Layout) -> None:
         constant = out.size == 0 and all(leaf.kind is None and leaf.shape == () for leaf in out.leaves)
         if not (out.size == 1 or constant) or len(out.leaves) != 1 or out.leaves[0].kind == "complex":
-            raise TypeError(
-                f"`{name}`: f must return a real scalar, got (path, shape, kind) "
-                f"{[(leaf.path, leaf.shape, leaf.kind) for leaf in out.leaves]}; use fd_jacobian "
-                "or fd_jvp for array or complex outputs."
-            )
+            raise TypeError(f"`{name}`: f must return a real scalar, got (path, shape, kind) "
+                            f"{[(leaf.path, leaf.shape, leaf.kind) for leaf in out.leaves]}; use fd_jacobian "
+                            "or fd_jvp for array or complex outputs.")
 
     return check_output
 
@@ -524,11 +522,8 @@ def _check_like(name: str, arg: str, expected: _Layout, got: _Layout, of: str) -
     want, have = expected.signature(), got.signature()
     if want != have:
         first = next((a, b) for a, b in zip(want + [None], have + [None]) if a != b)
-        raise ValueError(
-            f"`{name}`: `{arg}` must match {of} leaf by leaf (path, shape, real/complex) "
-            f"for every float and complex leaf; first difference: expected {first[0]}, "
-            f"got {first[1]}."
-        )
+        raise ValueError(f"`{name}`: `{arg}` must match {of} leaf by leaf (path, shape, real/complex) for every "
+                         f"float and complex leaf; first difference: expected {first[0]}, got {first[1]}.")
 
 
 def _basis_values(flat: _Flat, offsets: np.ndarray, steps: np.ndarray, w: Any, rows: int) -> np.ndarray:

@@ -328,13 +328,10 @@ def _check_close(tester, name, what, got, expected, rtol, atol, argument=None, e
     if bad:
         path = bad[0]
         where = argument if path == "" else (f"{argument} at path {path}" if argument else f"leaf {path}")
-        _fail(
-            tester, name, what,
-            argument=where,
-            expected=np.array2string(np.asarray(leaf_at(expected, path)), precision=10, threshold=12).replace("\n", " "),
-            got=np.array2string(np.asarray(leaf_at(got, path)), precision=10, threshold=12).replace("\n", " ")
-            + f"  (relative error {worst:.3g}; rtol={rtol:g}, atol={atol:g})",
-        )
+        _fail(tester, name, what, argument=where,
+              expected=np.array2string(np.asarray(leaf_at(expected, path)), precision=10, threshold=12).replace("\n", " "),
+              got=np.array2string(np.asarray(leaf_at(got, path)), precision=10, threshold=12).replace("\n", " ")
+              + f"  (relative error {worst:.3g}; rtol={rtol:g}, atol={atol:g})")
     return worst
 
 
@@ -350,16 +347,12 @@ def _check_dtypes(tester, name, t, primal, index) -> None:
         want_shape, want_dtype = np.shape(leaf), tangent_dtype(leaf)
         got_dtype = np.dtype(jnp.result_type(part))
         if np.shape(part) != want_shape or (got_dtype != want_dtype and not isinstance(part, (float, complex))):
-            _fail(
-                tester, name, "the rule's tangent does not have its primal's shape and dtype",
-                argument=_arg(index, path),
-                expected=f"shape {want_shape}, dtype {want_dtype}",
-                got=f"shape {np.shape(part)}, dtype {got_dtype}",
-                fix=("return it in its primal's dtype from the custom rule (`g.astype(x.dtype)` in a "
-                     "custom_vjp's bwd or a custom_jvp's rule): JAX does not check it" if _via_jax.get() else
-                     "project it: `project_x = ProjectTo(x)` in the rule, `project_x(dx)` in the pullback "
-                     "(sums broadcast dimensions? reduce them first)"),
-            )
+            _fail(tester, name, "the rule's tangent does not have its primal's shape and dtype", argument=_arg(index, path),
+                  expected=f"shape {want_shape}, dtype {want_dtype}", got=f"shape {np.shape(part)}, dtype {got_dtype}",
+                  fix=("return it in its primal's dtype from the custom rule (`g.astype(x.dtype)` in a "
+                       "custom_vjp's bwd or a custom_jvp's rule): JAX does not check it" if _via_jax.get() else
+                       "project it: `project_x = ProjectTo(x)` in the rule, `project_x(dx)` in the pullback "
+                       "(sums broadcast dimensions? reduce them first)"))
 
 
 class _RruleSpec(NamedTuple):
