@@ -70,6 +70,13 @@ def _sided(m: FDMethod, span: float | None = None) -> list[FDMethod]:
     return [FDMethod(kind, m.p, m.q, m.adapt, r, m.factor) for kind in ("forward", "backward")]
 
 
+def _shorter_spans(m: FDMethod, x: np.ndarray) -> list[FDMethod]:
+    """m with its span capped ever shorter (`_DOMAIN_SPANS` below its own), as long as the
+    inputs still resolve it: 2^16 spacings of the largest finite |x| at least (README)."""
+    floor = 2.0**16 * np.spacing(np.max(np.abs(x[np.isfinite(x)]), initial=0.0))
+    return [dataclasses.replace(m, max_range=r) for r in _DOMAIN_SPANS if floor <= r < m.max_range]
+
+
 def _one_sided(m: FDMethod) -> list[FDMethod]:
     """Methods tried, in order, where a central method's estimate is not finite at a point
     (its stencil left f's domain: `logit` near 0, `sqrt` near 0): the same method with its
@@ -299,29 +306,24 @@ class _Program:
         return jnp.sum(w * y), jnp.sum(jnp.abs(w) * jnp.abs(y)), jnp.sum(w * (y - y0)), y
 
     def _basis(self, consts: list, x: jax.Array, hs: jax.Array, w: jax.Array | None) -> jax.Array:
-        """f (or <w, f> and <|w|, |f|>) at x + hs[i, j] * e_j for all i, j: shape
-        (len(hs), len(x), len(f) or 2)."""
+        """f at x + hs[i, j] * e_j for all i, j: shape (len(hs), len(x), len(f)); with w,
+        (len(hs), len(x), 2) holding <w, f - f_0j> (f_0j at the first row's point: a
+        difference taken before the sum keeps its accuracy) and <|w|, |f|>."""
         k, n = hs.shape
         points = x[None, None, :] + hs[:, :, None] * jnp.eye(n, dtype=x.dtype)[None]
-
-        def call(v):
-            y = self.fun(consts, v)
-            # sums of products, not `y @ w`: XLA:CPU compiles a dot ~60 ms slower (per f)
-            return y if w is None else jnp.stack([jnp.sum(y * w), jnp.sum(jnp.abs(y) * jnp.abs(w))])
-
-        out = jax.vmap(call)(points.reshape(k * n, n))
-        return out.reshape(k, n, *out.shape[1:])
+        ys = jax.vmap(lambda v: self.fun(consts, v))(points.reshape(k * n, n))
+        ys = ys.reshape(k, n, ys.shape[-1])
+        if w is None:
+            return ys
+        w = w[None, None]  # sums of products, not `y @ w`: XLA:CPU compiles a dot ~60 ms slower (per f)
+        return jnp.stack([jnp.sum((ys - ys[:1]) * w, -1), jnp.sum(jnp.abs(ys) * jnp.abs(w), -1)], -1)
 
 
 class _Flat:
-    """`f(*args)` as a function of the float64 vector `to_vec(args)`, evaluated in batches.
-
-    f is traced once per `_Flat`, when first needed, to a jaxpr that every batched
-    evaluation replays; `check_output(layout)` runs then, so a bad output fails before any
-    work. A new `_Flat` traces f anew (f as it is now); its evaluations reuse a kept
-    compilation only where they lower to the same program (`_compiled.compiled`). `x` stays
-    on the device; `x_host` is its NumPy copy, made when first asked for.
-    """
+    """`f(*args)` as a function of the float64 vector `to_vec(args)`, evaluated in batches:
+    traced once per `_Flat` (f as it is now; `check_output(layout)` runs then) to a jaxpr
+    that every batch replays, reusing a kept compilation only of the same lowered program
+    (`_compiled.compiled`). `x` stays on the device; `x_host` is its NumPy copy."""
 
     def __init__(self, name: str, f: Callable, args: tuple, check_output: Callable | None = None):
         self.name, self.f, self.check_output = name, f, check_output
@@ -397,16 +399,11 @@ def _shared_rows(flat: _Flat, points: int) -> int:
 
 
 class _Sampler:
-    """f along a direction d: the scalar t -> <w, f(x + t d)> with its scale
-    <|w|, |f(x + t d)|>, and the stencil's combination of f(x + t d).
-
-    Every small batch is padded to at least `size` points, so that step selection and the
-    stencil share one compiled evaluation: one vmap of f, padding included, reduced with
-    NumPy. A large one (`points * max(len(x), len(f))` above `_VMAP_ELEMENTS`) runs point
-    by point, each point one call of a compiled evaluation that reduces on the device. `d=None`
-    is a fixed random unit direction and `w=None` a fixed random unit vector of weights (made
-    once per size).
-    """
+    """f along a direction d: t -> <w, f(x + t d)> with its scale <|w|, |f(x + t d)|>, and the
+    stencil's combination of f(x + t d). A small batch is padded to `size` points, so step
+    selection and stencil share one compiled vmap of f, reduced with NumPy; a large one
+    (above `_VMAP_ELEMENTS`) runs point by point, reduced on the device. `d=None`, `w=None`:
+    fixed random unit vectors."""
 
     def __init__(self, flat: _Flat, direction: Any, w: Any, size: int):
         self.flat, self.size = flat, size
@@ -529,30 +526,28 @@ def _check_like(name: str, arg: str, expected: _Layout, got: _Layout, of: str) -
 def _basis_values(flat: _Flat, offsets: np.ndarray, steps: np.ndarray, w: Any, rows: int) -> np.ndarray:
     """f at x + offsets[i] * steps[j] * e_j for every i and coordinate j, in one batch: shape
     (len(offsets), x.size, len(f)), or with weights w, (len(offsets), x.size, 2) holding
-    <w, f> and its scale <|w|, |f|>. A small batch is padded to `rows` offsets (repeating x
-    itself), so that the step rule's batches and the stencil's share one compiled evaluation
-    (`_shared_rows`, reduced here); a large one is reduced on the device."""
+    <w, f - f_0j> (f_0j at the first offset's point) and <|w|, |f|>. A small batch is padded
+    to `rows` offsets (repeating x), so the step rule's batches and the stencil's share one
+    compiled evaluation (`_shared_rows`); a large one is reduced on the device."""
     k, n = len(offsets), flat.x.size
     shared = _shared_rows(flat, rows)
     if shared and rows >= k:
         hs = np.zeros((rows, n))
         hs[:k] = np.outer(offsets, steps)
         ys = flat.rows((hs[:, :, None] * np.eye(n)[None]).reshape(shared, n))[: k * n]
+        ys = ys.reshape(k, n, ys.shape[-1])
         if w is not None:
             w_host = np.asarray(w)
-            ys = np.stack([ys @ w_host, np.abs(ys) @ np.abs(w_host)], axis=-1)
-        return ys.reshape(k, n, ys.shape[-1])
+            ys = np.stack([(ys - ys[:1]) @ w_host, np.abs(ys) @ np.abs(w_host)], axis=-1)
+        return ys
     return np.asarray(flat.basis(flat.x, np.outer(offsets, steps), w))[:k]
 
 
 def _coordinate_steps(m: FDMethod, flat: _Flat, w: Any, rows: int) -> np.ndarray:
-    """One step per input coordinate, each chosen by `m`'s step rule for that coordinate on
-    its own, as FiniteDifferences.jl's `jacobian` does: `m`'s bound estimator differences f
-    (with w, the scalar <w, f>) along every basis direction e_j in one batch, and each
-    coordinate's step minimises its own error bound. Without w the derivative's magnitude
-    is the largest over f's entries. One shared step along a random direction would be
-    too long for the coordinates where f bends most (their weight in the direction is
-    ~1/sqrt(n), their f^(p) along it ~n^(-p/2) smaller)."""
+    """One step per input coordinate, each by `m`'s step rule for that coordinate alone (as
+    FiniteDifferences.jl's `jacobian`): the bound estimator differences f (with w, <w, f>;
+    without, the largest entry) along every e_j in one batch. One step along a random
+    direction would be too long where f bends most (its f^(p) along it ~n^(-p/2) smaller)."""
     n, b = flat.x.size, m._bound_estimator
     if b is None or n == 0 or flat.out_size == 0:
         return np.full(n, m._choose_step(0.0, 0.0)[0])

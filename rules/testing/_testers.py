@@ -39,7 +39,8 @@ from ._compare import (
     rand_tangent, _norm, host_dot, leaf_at, random_values, test_approx, without_not_implemented
 )
 from ._finite_differences import (
-    FDMethod, _fd_inner_jvps, _fd_jvp_by_coordinates, _fd_jvps, _sided, _x64, central_fdm, fd_jacobian, fd_vjp,
+    FDMethod, _fd_inner_jvps, _fd_jvp_by_coordinates, _fd_jvps, _shorter_spans, _sided, _vector, _x64, central_fdm,
+    fd_jacobian, fd_vjp,
 )
 
 __all__ = ["RuleReport", "test_rrule", "test_frule", "test_scalar"]
@@ -381,12 +382,10 @@ class _InProgram(NamedTuple):
 def _lowered_in_program(spec: _InProgram, what: str, ps: tuple, fkwargs: dict, idx: tuple, other: Any,
                         tangents: dict, partner: dict | None) -> tuple | None:
     """Inside the rule's program: the lowered primitive's `jax.{what}` at the arguments `idx`
-    (`other`: y_bar or the tangents); with `spec.vmap`, batched over this point and the
-    second point `partner` with the seed doubled (`_vmap_points`); with
-    `spec.transposition` its `jax.jvp` by the transposed pullback as
-    `_check_forward_by_transposition` does ("rev" where JAX cannot transpose the pullback);
-    with `spec.second`, `(unbatched at the second point, batched)` as `_variants_body` gives.
-    None where it cannot be traced here."""
+    (`other`: y_bar or the tangents); with `spec.vmap` batched with the second point
+    `partner`, seed doubled; with `spec.transposition` its jax.jvp by the transposed pullback
+    ("rev" where JAX cannot transpose it); with `spec.second`, `(unbatched at the second
+    point, batched)`. None where it cannot be traced here."""
     if not idx:
         return None
     a0 = tuple(ps[i] for i in idx)
@@ -626,16 +625,10 @@ class _Test:
         raise NotImplementedError
 
     def _evaluate(self) -> Any:
-        """`body` at the inputs as one compiled program (see `_compiled`), or eagerly with
-        `compiled` off; `self.program` the program where the lowered primitive's checks are
-        traced into it (`_InProgram`, where it `lowers`), to be run at a second point.
-
-        The checks of conventions inside `body` run on tracers, as they look at types, shapes
-        and dtypes only. `body` with the lowered primitive's checks is tried first; where it
-        fails, `body` alone. Where the rule cannot be traced (Python control flow on values,
-        NumPy on its inputs), `body` runs eagerly instead; the checks of the lowered
-        primitive under `jax.jit` then report why.
-        """
+        """`body` at the inputs as one compiled program (`_compiled`); `self.program` kept where
+        the lowered primitive's checks are traced into it (`_InProgram`), to run at a second
+        point. That is tried first, then `body` alone, then (a rule that cannot be traced)
+        `body` eagerly: the checks of the lowered primitive under `jax.jit` then say why."""
         problem, body, self.program = self.problem, functools.partial(self.body, self.spec), None
         self.vmap_in_program = self.check_jit and self.check_vmap and _movable(problem)  # no partner made eagerly
         partner = _partner(problem, self.seed, _VMAP_STEPS[0]) if self.vmap_in_program else None
@@ -683,13 +676,18 @@ class _Test:
                          added, plain, 1e-10, 1e-12, _arg(i, path))
 
     def _central_or_sided(self, got: Any, estimate: Callable[[FDMethod], Any]) -> Any:
-        """`estimate(fdm)`; where the rule's `got` differs from it, f may not be smooth here (a
-        C1 joint): each entry the nearest of it and the one-sided estimates (`_nearest_sided`)."""
+        """`estimate(fdm)`; where `got` differs, each entry the nearest of it and the one-sided
+        estimates (a C1 joint), then where still needed at shorter spans (`_two_in_a_row`)."""
         expected = estimate(self.fdm)
         if compare_trees(got, expected, self.rtol, self.atol, True, True)[1]:
             expected, sided = _nearest_sided(got, expected, [estimate(other) for other in _sided(self.fdm)])
             if sided:
                 self.checks.append(f"one-sided finite differences at {sided} entries (f is not smooth there)")
+        if compare_trees(got, expected, self.rtol, self.atol, True, True)[1]:  # f changes fast here (README)
+            spans = (estimate(m) for m in _shorter_spans(self.fdm, np.asarray(_vector(self.problem.args))))
+            expected, shorter = _two_in_a_row(got, expected, spans, self.rtol, self.atol)
+            if shorter:
+                self.checks.append(f"finite differences at shorter spans at {shorter} entries")
         return expected
 
     def _traced_like_eager(self) -> None:
@@ -709,13 +707,11 @@ class _Test:
         (eagerly with `check_jit=False`), then under `jax.vmap`; it must give `want`, the
         rule's derivative (a cotangent per argument, or the tangent).
 
-        With vmap, a batch of two points must equal the primitive looped over them; the
-        batch's element 0 is the point itself, so it is what is compared with the rule
-        (evaluated alone only if that fails, to say whether jit or vmap is wrong). The second
-        point is the first moved slightly, less where f is not finite there (arccos near 1).
-        `done`: from the rule's program (`_lowered_in_program`), the result without vmap,
-        else `(second, batched)` as a function of the scale (`_vmap_points`).
-        """
+        With vmap, a batch of two points must equal the primitive looped over them; element
+        0, the point itself, is compared with the rule (alone only if that fails, to say
+        whether jit or vmap is wrong); the second point is the first moved slightly, less
+        where f is not finite there. `done`: from the rule's program, the result without
+        vmap, else `(second, batched)` as a function of the scale (`_vmap_points`)."""
         label = f"jax.jit(jax.{what})" if self.check_jit else f"jax.{what}"
         rtol, atol = _lowered_tol(problem.args, self.ev.y)
         where = [_arg(i) for i in problem.index] if what == "vjp" else ["the output"]
@@ -969,6 +965,32 @@ def _nearest_sided(got: Any, central: Any, sided: list) -> tuple[Any, int]:
     return out, count[0]
 
 
+def _two_in_a_row(got: Any, expected: Any, spans: Any, rtol: float, atol: float) -> tuple[Any, int]:
+    """Each entry of `expected` that `got` misses (rtol of its leaf's largest entry) replaced by
+    the first of `spans` matching it where the next one does too (made lazily); how many were."""
+    leaves, treedef = jax.tree_util.tree_flatten(expected)
+    diff = [is_differentiable_leaf(e) for e in leaves]
+    if jax.tree_util.tree_structure(got) != treedef or not any(diff):
+        return expected, 0
+    flat = lambda t: np.concatenate([np.ravel(np.asarray(v, np.complex128)) for v, d in zip(t, diff) if d])
+    g, out, got_leaves = flat(jax.tree_util.tree_leaves(got)), flat(leaves), jax.tree_util.tree_leaves(got)
+    tol = np.concatenate([np.full(np.size(v), max(atol, rtol * float(np.max(np.abs(np.asarray(v)), initial=0))))
+                          for v, d in zip(got_leaves, diff) if d])
+    todo = ~(np.abs(g - out) <= tol)
+    before, left, spans = None, int(todo.sum()), iter(spans)
+    while todo.any() and (est := next(spans, None)) is not None:
+        est = flat(jax.tree_util.tree_leaves(est))
+        now = np.abs(g - est) <= tol
+        if before is not None:
+            take = todo & before[1] & now
+            out[take], todo = before[0][take], todo & ~take
+        before = (est, now)
+    parts = iter(np.split(out, np.cumsum([np.size(e) for e, d in zip(leaves, diff) if d])[:-1]))
+    rebuilt = [(lambda v: v if np.iscomplexobj(e) else v.real)(next(parts).reshape(np.shape(e))) if d else e
+               for e, d in zip(leaves, diff)]
+    return jax.tree_util.tree_unflatten(treedef, rebuilt), left - int(todo.sum())
+
+
 def _check_arity(tester, name, cts, nargs) -> tuple:
     if not isinstance(cts, tuple):
         _fail(tester, name, "the pullback must return a tuple (f_bar, x1_bar, ..., xn_bar)",
@@ -1030,13 +1052,11 @@ def _doubled(tree: Any) -> Any:
 
 
 def _vmap_points(test: Any, first: Any, unbatched: Callable) -> Callable[[float], tuple]:
-    """`_Test.check_variants`' evaluation of the jax.vmap check from a rule's program (`test`: a
-    `_RruleTest` or `_FruleTest`): at the second point `scale` away, `(unbatched, batched)`.
-    Batched is the lowered primitive over both points, the second's seed doubled (`first`,
-    from the first evaluation, at the first scale); unbatched at the second point is the
-    rule's own value there, the same program run at it: `unbatched(result)`, the primal and
-    the derivative doubled (linear in its seed); on large inputs (`test.second`) the
-    program computed the lowered primitive there itself. No program is compiled for it."""
+    """`check_variants`' jax.vmap check from a rule's program (`test`): at the second point
+    `scale` away, `(unbatched, batched)`, batched over both points with the second's seed
+    doubled (`first` at the first scale); unbatched the same program run there,
+    `unbatched(result)` (the derivative doubled), or on large inputs (`test.second`) computed
+    by the program itself. No program is compiled for it."""
     def at(scale: float) -> tuple:
         partner = _partner(test.problem, test.seed, scale)
         batched = first if scale == _VMAP_STEPS[0] else test.program(*_arguments(test, partner, False)).lowered[1]

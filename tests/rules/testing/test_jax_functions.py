@@ -333,3 +333,67 @@ def test_the_cotangent_of_a_held_entry_is_not_compared():
 
     lae.defvjp(lambda a, b: (lae(a, b), (a, b)), bwd)
     test_rrule(lae, jnp.array([1.0, 2.0]), jnp.array([-jnp.inf, 0.5]))
+
+
+# Where f changes fast on the scale of the step its step rule chooses (a pole near x, inputs
+# of a sort nearly tied), the default finite differences are wrong; they are tried again at
+# ever shorter spans, an entry accepted where the rule matches two spans in a row.
+def _sort_rule(wrong_at=None):
+    @jax.custom_vjp
+    def sort(x):
+        return jnp.sort(x)
+
+    def bwd(order, y_bar):
+        x_bar = jnp.zeros_like(y_bar).at[order].set(y_bar)
+        return (x_bar if wrong_at is None else x_bar.at[wrong_at].multiply(1 + 1e-7),)
+
+    sort.defvjp(lambda x: (jnp.sort(x), jnp.argsort(x)), bwd)
+    return sort
+
+
+_NEAR_TIES = jnp.asarray(np.random.default_rng(3).standard_normal(40)).at[7:10].set(0.25 + 3e-7 * jnp.arange(3.0))
+
+
+def test_a_sort_whose_inputs_nearly_tie_is_checked_between_the_ties():
+    report = test_rrule(_sort_rule(), _NEAR_TIES, check_vmap=False)
+    assert any("shorter spans" in check for check in report.checks), report.checks
+    with pytest.raises(AssertionError, match=r"argument 1 \(x\)"):  # wrong by 1e-7 at the tied entry
+        test_rrule(_sort_rule(wrong_at=8), _NEAR_TIES, check_vmap=False)
+
+
+@pytest.mark.parametrize("f, x", [(lambda x: 1 / x, 1e-6), (jnp.cbrt, 1e-6), (jnp.tan, 1.5707)],
+                         ids=["reciprocal", "cbrt", "tan"])
+def test_where_f_changes_fast_shorter_spans_check_the_rule(f, x):
+    x = jnp.array([x, 0.5])
+    report = test_rrule(f, x, check_vmap=False)
+    assert any("shorter spans" in check for check in report.checks), report.checks
+    off = jax.custom_vjp(f)
+    off.defvjp(lambda x: (f(x), x), lambda x, y_bar: (jax.vjp(f, x)[1](y_bar)[0] * (1 + 1e-7),))
+    with pytest.raises(AssertionError, match="does not match finite differences"):
+        test_rrule(off, x, check_vmap=False)
+
+
+def test_shorter_spans_stop_where_the_inputs_no_longer_resolve_them():
+    from rules.testing._finite_differences import _shorter_spans
+    from rules.testing import central_fdm
+
+    assert [m.max_range for m in _shorter_spans(central_fdm(5, 1), np.array([1.0, 2.0]))][:2] == [1e-2, 1e-4]
+    assert _shorter_spans(central_fdm(5, 1), np.array([1e10, 1.0])) == []  # 2^16 spacings of 1e10 > 1e-2
+    assert [m.max_range for m in _shorter_spans(central_fdm(5, 1, max_range=1e-5), np.ones(2))][0] == 1e-6
+
+
+def test_shorter_spans_accept_an_entry_only_where_two_in_a_row_agree():
+    from rules.testing._testers import _two_in_a_row
+
+    got, expected = (np.array([1.0, 2.0, 3.0]),), (np.array([1.0, 2.5, 3.5]),)
+    spans = [(np.array([0.0, 2.0, 9.0]),), (np.array([0.0, 2.0, 3.0]),), (np.array([5.0, 7.0, 3.0]),)]
+    out, count = _two_in_a_row(got, expected, iter(spans), 1e-8, 1e-10)
+    # entry 1 agrees at spans 0 and 1; entry 2 only at 1 and 2, entry 0 already matched
+    np.testing.assert_array_equal(out[0], [1.0, 2.0, 3.0])
+    assert count == 2
+    out, count = _two_in_a_row(got, expected, iter(spans[1:2] + spans[:1]), 1e-8, 1e-10)
+    np.testing.assert_array_equal(out[0], [1.0, 2.0, 3.5])  # entry 2 agrees with one span only
+    assert count == 1
+    made = []
+    _two_in_a_row(got, got, (made.append(s) or s for s in spans), 1e-8, 1e-10)
+    assert made == []  # nothing left to match: no estimate is made
