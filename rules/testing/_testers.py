@@ -683,11 +683,11 @@ class _Test:
             expected, sided = _nearest_sided(got, expected, [estimate(other) for other in _sided(self.fdm)])
             if sided:
                 self.checks.append(f"one-sided finite differences at {sided} entries (f is not smooth there)")
-        if compare_trees(got, expected, self.rtol, self.atol, True, True)[1]:  # f changes fast here (README)
-            spans = (estimate(m) for m in _shorter_spans(self.fdm, np.asarray(_vector(self.problem.args))))
-            expected, shorter = _two_in_a_row(got, expected, spans, self.rtol, self.atol)
-            if shorter:
-                self.checks.append(f"finite differences at shorter spans at {shorter} entries")
+            if compare_trees(got, expected, self.rtol, self.atol, True, True)[1]:  # f changes fast here (README)
+                spans = (estimate(m) for m in _shorter_spans(self.fdm, np.asarray(_vector(self.problem.args))))
+                expected, shorter = _two_in_a_row(got, expected, spans, self.rtol, self.atol)
+                if shorter:
+                    self.checks.append(f"finite differences at shorter spans at {shorter} entries")
         return expected
 
     def _traced_like_eager(self) -> None:
@@ -968,12 +968,12 @@ def _nearest_sided(got: Any, central: Any, sided: list) -> tuple[Any, int]:
 def _two_in_a_row(got: Any, expected: Any, spans: Any, rtol: float, atol: float) -> tuple[Any, int]:
     """Each entry of `expected` that `got` misses (rtol of its leaf's largest entry) replaced by
     the first of `spans` matching it where the next one does too (made lazily); how many were."""
-    leaves, treedef = jax.tree_util.tree_flatten(expected)
+    (leaves, treedef), got_leaves = jax.tree_util.tree_flatten(expected), jax.tree_util.tree_leaves(got)
     diff = [is_differentiable_leaf(e) for e in leaves]
     if jax.tree_util.tree_structure(got) != treedef or not any(diff):
         return expected, 0
     flat = lambda t: np.concatenate([np.ravel(np.asarray(v, np.complex128)) for v, d in zip(t, diff) if d])
-    g, out, got_leaves = flat(jax.tree_util.tree_leaves(got)), flat(leaves), jax.tree_util.tree_leaves(got)
+    g, out = flat(got_leaves), flat(leaves)
     tol = np.concatenate([np.full(np.size(v), max(atol, rtol * float(np.max(np.abs(np.asarray(v)), initial=0))))
                           for v, d in zip(got_leaves, diff) if d])
     todo = ~(np.abs(g - out) <= tol)
