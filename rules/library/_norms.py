@@ -167,7 +167,9 @@ def _norm_gradient(x: jax.Array, ord: Any, kind: str, axes: tuple, y: jax.Array)
         # max/min over one axis of the absolute sums over the other
         summed, kept = (row, col) if ord in (1, -1) else (col, row)
         sums = jnp.sum(ax, axis=summed, keepdims=True)
-        hit = sums == y
+        # the extreme of these very sums, not y: a reduction in another order (GPU, vmap) may
+        # differ from them in the last bit, and then no column would match and the gradient be 0
+        hit = sums == (jnp.max if ord > 0 else jnp.min)(sums, axis=kept, keepdims=True)
         return _safe_div(_unit(x) * hit, jnp.sum(hit, axis=kept, keepdims=True).astype(ax.dtype))
     xm = jnp.moveaxis(x, (row, col), (-2, -1))
     u, s, vt = jnp.linalg.svd(xm, full_matrices=False)
