@@ -279,7 +279,8 @@ def test_det_differentiates_a_batch_sharded_over_a_named_mesh(axis_type):
     # an explicit-axes NamedSharding; the Gram-Schmidt completion keeps the batch's sharding
     from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
-    mesh = jax.make_mesh((2, 4), ("a", "b"), axis_types=(getattr(AxisType, axis_type),) * 2)
+    # the root conftest gives JAX 8 CPU devices; a machine with one GPU has 1 device of its default kind
+    mesh = jax.make_mesh((2, 4), ("a", "b"), axis_types=(getattr(AxisType, axis_type),) * 2, devices=jax.devices("cpu"))
     A = np.random.default_rng(3).normal(size=(8, 3, 3))
     A[0, 2] = A[0, 0] + A[0, 1]  # singular: a rank-one adjugate
     loss = lambda A: jnp.sum(la.det(A))  # noqa: E731
@@ -359,3 +360,17 @@ def test_matrix_norm_gradients_agree_with_jax_for_every_static_ord():
         theirs = jax.grad(lambda m: jnp.linalg.norm(m, jax_ord))(M)
         np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12, err_msg=f"ord={ord!r}")
         assert np.abs(ours).max() > 0
+
+
+@pytest.mark.parametrize("ord", [1, -1, np.inf, -np.inf])
+def test_matrix_max_norm_gradient_does_not_hang_on_the_last_bit_of_the_norm(ord):
+    # on a GPU, under vmap, the norm came from a reduction in another order than the gradient's
+    # own column sums, one ulp apart: no column matched it and the gradient was silently 0
+    from rules.library import _norms
+
+    M = jnp.asarray(np.array([[1.0, 0.2, -0.5], [0.3, 2.0, 0.1], [-0.4, 0.6, 1.5], [0.2, -0.1, 0.3]]))
+    y = jnp.linalg.norm(M, ord, axis=(1, 0), keepdims=True)
+    exact = _norms._norm_gradient(M, ord, "matrix", (1, 0), y)
+    off = _norms._norm_gradient(M, ord, "matrix", (1, 0), y * (1 + jnp.finfo(y.dtype).eps))
+    np.testing.assert_array_equal(off, exact)
+    np.testing.assert_allclose(exact, jax.grad(lambda m: jnp.linalg.norm(m, ord, axis=(1, 0)))(M), rtol=1e-12)
