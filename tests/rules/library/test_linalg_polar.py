@@ -35,7 +35,8 @@ def test_polar_is_differentiable_at_a_rotation_where_jax_is_not():
     G = jnp.arange(9.0).reshape(3, 3) - 3
     with pytest.raises(ValueError, match="Reverse-mode differentiation does not work"):  # qdwh: a while loop
         jax.grad(lambda A: jnp.sum(G * jsl.polar(A)[0]))(R)
-    assert np.isnan(jax.grad(lambda A: jnp.sum(G * jsl.polar(A, method="svd")[0]))(R)).all()  # 1/(s_j^2 - s_i^2)
+    jax_grad = jax.grad(lambda A: jnp.sum(G * jsl.polar(A, method="svd")[0]))(R)  # 1/(s_j^2 - s_i^2)
+    assert not np.isfinite(jax_grad).any()  # NaN everywhere on CPU; +-inf on a few entries on a GPU
     # true (P = I): dU = R Omega, Omega = (X - X^T) / 2, X = R^T dA: the gradient is (G - R G^T R) / 2;
     # dP = herm(X): the gradient of <G, P> is R herm(G)
     np.testing.assert_allclose(jax.grad(lambda A: jnp.sum(G * pl.polar(A)[0]))(R), (G - R @ G.T @ R) / 2,
