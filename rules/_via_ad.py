@@ -38,8 +38,9 @@ def _dense(t: Any, like: Any) -> Any:
         return jax.tree_util.tree_unflatten(
             tree, [jnp.zeros_like(l) if p is None or isinstance(p, AbstractZero) else p for l, p in zip(leaves, parts)]
         )
-    return jax.tree_util.tree_map(
-        lambda ti, li: jnp.zeros_like(li) if isinstance(unthunk(ti), AbstractZero) else jnp.asarray(unthunk(ti), li.dtype),
+    return jax.tree_util.tree_map(  # result_type: like may hold Python scalars (jax.vjp of a custom_jvp gives them)
+        lambda ti, li: jnp.zeros_like(li) if isinstance(unthunk(ti), AbstractZero)
+        else jnp.asarray(unthunk(ti), jnp.result_type(li)),
         t,
         like,
         is_leaf=lambda x: isinstance(x, AbstractZero),

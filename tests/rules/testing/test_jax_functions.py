@@ -397,3 +397,14 @@ def test_shorter_spans_accept_an_entry_only_where_two_in_a_row_agree():
     made = []
     _two_in_a_row(got, got, (made.append(s) or s for s in spans), 1e-8, 1e-10)
     assert made == []  # nothing left to match: no estimate is made
+
+
+def test_a_custom_jvp_giving_python_numbers_for_a_python_complex_is_checked():
+    # JAX's jax.vjp of it returns a Python complex; its cotangent seed is made in that dtype
+    f = jax.custom_jvp(lambda z: 1 / z)
+    f.defjvp(lambda p, t: (1 / p[0], -t[0] / p[0] ** 2))
+    assert {r.kind for r in test_scalar(f, 0.5 + 0.25j)} == {"jax.jvp", "jax.vjp"}
+    wrong = jax.custom_jvp(lambda z: 1 / z)
+    wrong.defjvp(lambda p, t: (1 / p[0], -1.01 * t[0] / p[0] ** 2))
+    with pytest.raises(AssertionError, match="does not match finite differences"):
+        test_scalar(wrong, 0.5 + 0.25j)
