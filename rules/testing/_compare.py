@@ -78,12 +78,10 @@ def random_values(leaf: Any, rng: np.random.Generator, dtype: Any = None) -> np.
     bits = rng.bit_generator
     key = (type(bits).__name__, repr(bits.state), shape, dtype.str)
     with _DRAWS_LOCK:
-        hit = _DRAWS.get(key)
-        if hit is not None:
+        if (hit := _DRAWS.get(key)) is not None:
             _DRAWS.move_to_end(key)
-    if hit is not None:
-        bits.state = hit[1]
-        return hit[0]
+            bits.state = hit[1]
+            return hit[0]
     value = _draw(rng, shape, dtype)
     value.setflags(write=False)
     with _DRAWS_LOCK:

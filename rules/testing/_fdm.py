@@ -27,19 +27,14 @@ if TYPE_CHECKING:
 __all__ = ["FDMethod", "central_fdm", "forward_fdm", "backward_fdm", "extrapolate_fdm"]
 
 
-def _scalar_sampler(*args: Any) -> Any:
-    """`_finite_differences._scalar_sampler`: a method evaluates a scalar f by the same batched
-    evaluator as the pytree differences (imported when first called: that module imports
-    this one)."""
-    from ._finite_differences import _scalar_sampler as sampler
+def _scalar(name: str) -> Callable:
+    """`_finite_differences`'s `_scalar_sampler` or `_scalar_value`: a method evaluates a scalar
+    f by the same batched evaluator as the pytree differences (imported when first called:
+    that module imports this one)."""
+    from . import _finite_differences
 
-    return sampler(*args)
+    return getattr(_finite_differences, name)
 
-
-def _scalar_value(*args: Any) -> Any:
-    from ._finite_differences import _scalar_value as value
-
-    return value(*args)
 
 _EPS = float(np.finfo(np.float64).eps)
 _CONDITION = 10.0  # assumed bound on |f^(p)| when no derivative is estimated (adapt=0)
@@ -83,9 +78,7 @@ def _representable(x: Any, h: Any) -> np.ndarray:
     return np.where((snapped != 0) & np.isfinite(snapped), snapped, h)
 
 
-# ------------------------------------------------------------------------------------------
-# Methods: a grid, exact coefficients, and the choice of step
-# ------------------------------------------------------------------------------------------
+# ----- Methods: a grid, exact coefficients, and the choice of step ----------------------------
 
 
 def _make_grid(kind: str, p: int) -> tuple[int, ...]:
@@ -164,9 +157,8 @@ class FDMethod:
         grid = self._checked_grid()
         exact = _exact_coefs(grid, self.q)
         set_ = object.__setattr__
-        set_(self, "grid", grid)
-        set_(self, "exact_coefs", exact)
-        set_(self, "coefs", tuple(float(c) for c in exact))
+        for field, value in (("grid", grid), ("exact_coefs", exact), ("coefs", tuple(float(c) for c in exact))):
+            set_(self, field, value)
         # Only points with a nonzero weight are ever evaluated, the nearest to x first.
         used = [(g, c) for g, c in zip(grid, exact) if c != 0]
         used = [used[i] for i in _nearest_first([g for g, _ in used])]
@@ -268,8 +260,8 @@ class FDMethod:
         name = f"{self._name}(...)(f, x)"
         with _x64(name):
             if self.q == 0 and step is None:
-                return _scalar_value(name, f, x)
-            sampler = _scalar_sampler(self, f, x, name, self._batch_size() if step is None else 0)
+                return _scalar("_scalar_value")(name, f, x)
+            sampler = _scalar("_scalar_sampler")(self, f, x, name, self._batch_size() if step is None else 0)
             step = self._estimate_step(sampler)[0] if step is None else _check_step(name, step)
             return self._apply(sampler, float(_representable(sampler.flat.x_host[0], step)))
 
@@ -295,7 +287,7 @@ class FDMethod:
         """
         name = f"{self._name}(...).estimate_step(f, x)"
         with _x64(name):
-            return self._estimate_step(_scalar_sampler(self, f, x, name, self._batch_size()))
+            return self._estimate_step(_scalar("_scalar_sampler")(self, f, x, name, self._batch_size()))
 
     @property
     def _name(self) -> str:
@@ -304,23 +296,17 @@ class FDMethod:
     # -- step selection; `sampler(ts)` returns f and |f| scales at x + ts (one batch) --
 
     @functools.cached_property
-    def _bound_estimator(self) -> FDMethod | None:
-        """The method estimating f^(p) for the step: p + 2 points (FiniteDifferences.jl)."""
-        return self._bound(2)
-
-    @functools.cached_property
-    def _lean_bound_estimator(self) -> FDMethod | None:
-        """p + 1 points: one evaluation of f fewer, for the testers' fast mode on large inputs."""
-        return self._bound(1)
-
-    def _bound(self, extra: int) -> FDMethod | None:
+    def _bound_estimators(self) -> tuple[FDMethod | None, FDMethod | None]:
+        """The methods estimating f^(p) for the step: p + 2 points (FiniteDifferences.jl), and
+        p + 1 (lean: one evaluation of f fewer, for the testers' fast mode on large inputs)."""
         if self.adapt == 0:
-            return None
+            return None, None
         kind = _kind_of(self.grid) if self.kind == "custom" else self.kind
-        return FDMethod(kind, self.p + extra, self.p, self.adapt - 1, self.max_range, self.factor)
+        p, q, adapt, r, factor = self.p, self.p, self.adapt - 1, self.max_range, self.factor
+        return FDMethod(kind, p + 2, q, adapt, r, factor), FDMethod(kind, p + 1, q, adapt, r, factor)
 
-    def _bound_of(self, lean: bool) -> FDMethod | None:
-        return self._lean_bound_estimator if lean else self._bound_estimator
+    def _bound_of(self, lean: bool = False) -> FDMethod | None:
+        return self._bound_estimators[lean]
 
     def _batch_size(self, lean: bool = False) -> int:
         """The largest batch that step selection and the estimate itself evaluate."""
@@ -487,9 +473,7 @@ def _check_step(where: str, step: Any) -> float:
     return step
 
 
-# ------------------------------------------------------------------------------------------
-# Richardson extrapolation
-# ------------------------------------------------------------------------------------------
+# ----- Richardson extrapolation ---------------------------------------------------------------
 
 
 def extrapolate_fdm(m: FDMethod, f: Callable, x: Any, *, h0: float | None = None, contract: float = 0.125,
@@ -531,7 +515,7 @@ def extrapolate_fdm(m: FDMethod, f: Callable, x: Any, *, h0: float | None = None
     if not isinstance(max_eval, int) or max_eval < 1:
         raise ValueError(f"`{name}`: `max_eval` must be an int >= 1, got {max_eval!r}.")
     with _x64(name):
-        sampler = _scalar_sampler(m, f, x, name, 0)
+        sampler = _scalar("_scalar_sampler")(m, f, x, name, 0)
         x0 = float(sampler.flat.x_host[0])
         if h0 is None:
             h0 = min(0.1 * max(abs(x0), 1.0), m.max_range / max(abs(g) for g in m.grid))

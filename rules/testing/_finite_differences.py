@@ -113,9 +113,7 @@ def _in_domain(m: FDMethod, estimate: Callable[[FDMethod], np.ndarray], held: np
     return out
 
 
-# ------------------------------------------------------------------------------------------
-# Pytrees as vectors. Complex numbers are interleaved: z -> [re z_0, im z_0, re z_1, ...].
-# ------------------------------------------------------------------------------------------
+# ----- Pytrees as vectors. Complex numbers are interleaved: z -> [re z_0, im z_0, re z_1, ...]. ---
 
 
 class _Leaf(NamedTuple):
@@ -256,9 +254,7 @@ def to_vec(tree: PyTree) -> tuple[jax.Array, Callable[[Any], PyTree]]:
     return vector, from_vec
 
 
-# ------------------------------------------------------------------------------------------
-# Batched evaluation: f(*args) as R^n -> R^m, one compiled call per batch shape
-# ------------------------------------------------------------------------------------------
+# ----- Batched evaluation: f(*args) as R^n -> R^m, one compiled call per batch shape ----------
 
 
 def _check_tuple(name: str, arg: str, value: Any) -> tuple:
@@ -509,9 +505,7 @@ def _scalar_value(name: str, f: Callable, x: Any) -> float:
     return float(np.asarray(jax.tree_util.tree_leaves(y)[0]).real)
 
 
-# ------------------------------------------------------------------------------------------
-# Derivatives of pytree functions: jvp, vjp, jacobian
-# ------------------------------------------------------------------------------------------
+# ----- Derivatives of pytree functions: jvp, vjp, jacobian ------------------------------------
 
 
 def _check_like(name: str, arg: str, expected: _Layout, got: _Layout, of: str) -> None:
@@ -548,7 +542,7 @@ def _coordinate_steps(m: FDMethod, flat: _Flat, w: Any, rows: int) -> np.ndarray
     FiniteDifferences.jl's `jacobian`): the bound estimator differences f (with w, <w, f>;
     without, the largest entry) along every e_j in one batch. One step along a random
     direction would be too long where f bends most (its f^(p) along it ~n^(-p/2) smaller)."""
-    n, b = flat.x.size, m._bound_estimator
+    n, b = flat.x.size, m._bound_of()
     if b is None or n == 0 or flat.out_size == 0:
         return np.full(n, m._choose_step(0.0, 0.0)[0])
     steps = _coordinate_steps(b, flat, w, rows)

@@ -78,12 +78,9 @@ def _arg(index: int, path: str = "") -> str:
 
 
 def _full_precision(tester: Callable) -> Callable:
-    """Run a tester with float32 matmuls at full precision.
-
-    GPUs default to TF32 products (about 1e-3 relative error), which would fail a correct
-    float32 rule against float64 finite differences; the testers check the rule's
-    mathematics, so they evaluate it as CPUs do.
-    """
+    """Run a tester with float32 matmuls at full precision: GPUs default to TF32 products
+    (about 1e-3 relative error), which would fail a correct float32 rule against float64
+    finite differences; the testers check the rule's mathematics, as CPUs evaluate it."""
 
     @functools.wraps(tester)
     def at_full_precision(*args: Any, **kwargs: Any) -> Any:
@@ -116,9 +113,7 @@ def _held_zero(t: Any, primal: Any) -> Any:
         if not is_differentiable_leaf(leaf) or isinstance(leaf_t, (AbstractZero, NotImplementedTangent)):
             return leaf_t
         finite = np.isfinite(np.asarray(leaf))
-        if finite.all():
-            return leaf_t
-        return np.where(finite, np.asarray(leaf_t), 0).astype(np.asarray(leaf_t).dtype)
+        return leaf_t if finite.all() else np.where(finite, np.asarray(leaf_t), 0).astype(np.asarray(leaf_t).dtype)
 
     try:
         return jax.tree_util.tree_map(zero, t, primal)
@@ -329,10 +324,9 @@ def _check_close(tester, name, what, got, expected, rtol, atol, argument=None, e
     if bad:
         path = bad[0]
         where = argument if path == "" else (f"{argument} at path {path}" if argument else f"leaf {path}")
-        _fail(tester, name, what, argument=where,
-              expected=np.array2string(np.asarray(leaf_at(expected, path)), precision=10, threshold=12).replace("\n", " "),
-              got=np.array2string(np.asarray(leaf_at(got, path)), precision=10, threshold=12).replace("\n", " ")
-              + f"  (relative error {worst:.3g}; rtol={rtol:g}, atol={atol:g})")
+        shown = lambda t: np.array2string(np.asarray(leaf_at(t, path)), precision=10, threshold=12).replace("\n", " ")
+        _fail(tester, name, what, argument=where, expected=shown(expected),
+              got=f"{shown(got)}  (relative error {worst:.3g}; rtol={rtol:g}, atol={atol:g})")
     return worst
 
 
@@ -684,7 +678,7 @@ class _Test:
             if sided:
                 self.checks.append(f"one-sided finite differences at {sided} entries (f is not smooth there)")
             if compare_trees(got, expected, self.rtol, self.atol, True, True)[1]:  # f changes fast here (README)
-                spans = (estimate(m) for m in _shorter_spans(self.fdm, np.asarray(_vector(self.problem.args))))
+                spans = map(estimate, _shorter_spans(self.fdm, np.asarray(_vector(self.problem.args))))
                 expected, shorter = _two_in_a_row(got, expected, spans, self.rtol, self.atol)
                 if shorter:
                     self.checks.append(f"finite differences at shorter spans at {shorter} entries")
@@ -902,16 +896,7 @@ def _fast_check(tester, name, problem, m, args64, y_bar64, dense, rtol, atol) ->
         return jax.tree_util.tree_map(lambda *vs: sum(np.asarray(v) * c for v, c in zip(vs, coefficients))
                                       if is_differentiable_leaf(vs[0]) else vs[0], *trees)
 
-    def probes(items):
-        """(lhs, rhs, relative error, failed) per (k, own, x_dot); one trace of f for all."""
-        zeros = [jax.tree_util.tree_map(jnp.zeros_like, a) for a in args64]
-        directions = [tuple(d if j == k else z for j, z in enumerate(zeros)) for k, _, d in items]
-        out = []
-        for (_, own, d), lhs in zip(items, _fd_inner_jvps(tester, m, problem.raw_fn, args64, directions, y_bar64)):
-            rhs, scale = _real_inner(own, d)
-            scale = max(scale, abs(lhs), 1e-300)
-            out.append((lhs, rhs, abs(lhs - rhs) / scale, abs(lhs - rhs) > atol + rtol * scale))
-        return out
+    probes = functools.partial(_probes, tester, problem, m, args64, y_bar64, rtol, atol)
 
     parts = []  # per argument: (k, i, own, [(label, trees, coefficients)]), the direction checked first
     for k, i in enumerate(problem.index):
@@ -939,6 +924,34 @@ def _fast_check(tester, name, problem, m, args64, y_bar64, dense, rtol, atol) ->
               expected=f"<y_bar, J x_dot> = {lhs:.12g} (finite differences)",
               got=f"<x_bar, x_dot> = {rhs:.12g} from the rule (relative error {err:.3g}; rtol={rtol:g})")
     return worst
+
+
+def _probes(tester, problem, m, args64, y_bar64, rtol, atol, items) -> list[tuple[float, float, float, bool]]:
+    """`(lhs, rhs, relative error, failed)` per `(k, own, x_dot)` of `items` (`_fast_check`),
+    lhs by finite differences along x_dot / |x_dot| (a span is then how far x moves); one
+    trace of f for all, one more per shorter span for those that fail, matched where the
+    rule agrees with two spans in a row (f changes fast on the scale of the step: README)."""
+    zeros = [jax.tree_util.tree_map(jnp.zeros_like, a) for a in args64]
+    norms = [max(_tree_norm(d), 1e-300) for _, _, d in items]
+    units = [tuple(jax.tree_util.tree_map(lambda v, n=n: v / n if is_differentiable_leaf(v) else v, d) if j == k else z
+                   for j, z in enumerate(zeros)) for (k, _, d), n in zip(items, norms)]
+
+    def judged(method: FDMethod, todo: Any) -> dict:
+        out = {}
+        for j, lhs in zip(todo, _fd_inner_jvps(tester, method, problem.raw_fn, args64, [units[j] for j in todo], y_bar64)):
+            (rhs, scale), lhs = _real_inner(*items[j][1:]), lhs * norms[j]
+            scale = max(scale, abs(lhs), 1e-300)
+            out[j] = (lhs, rhs, abs(lhs - rhs) / scale, abs(lhs - rhs) > atol + rtol * scale)
+        return out
+
+    out, before = judged(m, range(len(items))), dict[int, tuple]()
+    for method in _shorter_spans(m, np.asarray(_vector(args64))):
+        if not (todo := [j for j in out if out[j][3]]):
+            break
+        now = judged(method, todo)
+        out.update({j: before[j] for j in todo if not now[j][3] and j in before and not before[j][3]})
+        before = now
+    return [out[j] for j in range(len(items))]
 
 
 def _nearest_sided(got: Any, central: Any, sided: list) -> tuple[Any, int]:
@@ -1345,11 +1358,9 @@ class _FruleTest(_Test):
         args64, tangents64 = _upcast(problem.args), _upcast(problem.tangents)
         exact = problem.size() <= EXACT_MODE_LIMIT
         got = mask_leaves(ev.y_dot_dense, ev.mask, ev.y)
-        if exact:
-            expected = self._central_or_sided(got, lambda m: mask_leaves(
-                _fd_jvp_by_coordinates(m, problem.raw_fn, args64, tangents64), ev.mask, ev.y))
-        else:
-            expected = _fd_jvps("fd_jvp", self.fdm, problem.raw_fn, args64, [tangents64], None)[0]
+        along = (lambda m: _fd_jvp_by_coordinates(m, problem.raw_fn, args64, tangents64)) if exact else (
+            lambda m: _fd_jvps("fd_jvp", m, problem.raw_fn, args64, [tangents64], None)[0])  # one step along x_dot
+        expected = self._central_or_sided(got, lambda m: mask_leaves(along(m), ev.mask, ev.y))
         try:
             self.worst = _check_close(self.tester, self.name, "tangent does not match finite differences", got,
                                       mask_leaves(expected, ev.mask, ev.y), self.rtol, self.atol, "the output",
@@ -1498,12 +1509,10 @@ def _check_partials(f, z, has_fr, has_rr, rtol, atol, fdm, fkwargs=None, rules_o
     name = function_name(f)
     fkwargs = fkwargs or {}
     raw = unwrap(f)
-    (jac,) = fd_jacobian(fdm or _DEFAULT_FDM, lambda v: raw(v, **fkwargs), _upcast(jnp.asarray(z)))
     y = raw(z, **fkwargs)
     complex_out = jnp.iscomplexobj(y)
     d_rtol, d_atol = default_tolerance(z, y)
     rtol, atol = (d_rtol if rtol is None else rtol), (d_atol if atol is None else atol)
-    fd = {p: float(jac[r, c]) for p, (r, c) in zip(_PARTIALS, [(0, 0), (0, 1), (1, 0), (1, 1)]) if r < jac.shape[0]}
     got: dict[tuple[str, str], float] = {}
     dtype = jnp.result_type(z)
     f_dot = _zero_like(f)  # the partials with respect to z only
@@ -1535,11 +1544,25 @@ def _check_partials(f, z, has_fr, has_rr, rtol, atol, fdm, fkwargs=None, rules_o
                     _fail("test_scalar", name, f"frule and rrule disagree on d({row})/d({col})",
                           expected=f"{got[(row, col)]:.12g} (frule)", got=f"{value:.12g} (rrule)")
                 got[(row, col)] = value
+    fd = _fd_partials(fdm or _DEFAULT_FDM, lambda v: raw(v, **fkwargs), z, got, rtol, atol)
     largest = max(map(abs, fd.values()))  # a partial's error shows relative to the largest (0 next to 5000)
     for key, value in got.items():
         if abs(value - fd[key]) > atol + rtol * max(abs(fd[key]), abs(value), largest):
             _fail("test_scalar", name, f"the partial d({key[0]})/d({key[1]}) does not match finite differences",
                   expected=f"{fd[key]:.12g} (finite differences)", got=f"{value:.12g} (rule)")
+
+
+def _fd_partials(fdm: FDMethod, g: Callable, z: Any, got: dict, rtol: float, atol: float) -> dict:
+    """The real partials of g at z by finite differences (its real Jacobian); where the rule's
+    `got` differs, at shorter spans, matched two in a row (`_two_in_a_row`)."""
+    z64 = _upcast(jnp.asarray(z))
+    partials = lambda m: np.ravel(fd_jacobian(m, g, z64)[0])  # in _PARTIALS' order
+    fd = dict(zip(_PARTIALS, partials(fdm).tolist()))
+    rule, estimate = np.array([got.get(key, value) for key, value in fd.items()]), np.array(list(fd.values()))
+    if compare_trees(rule, estimate, rtol, atol, True, True)[1]:  # f changes fast on the step's scale (README)
+        spans = map(partials, _shorter_spans(fdm, np.asarray(_vector(z64))))
+        fd = dict(zip(fd, _two_in_a_row(rule, estimate, spans, rtol, atol)[0].tolist()))
+    return fd
 
 
 def _check_embedding(name, kind, what, real, embedded, rtol, atol) -> None:

@@ -682,7 +682,7 @@ def test_custom_grids_and_zeroth_derivatives():
     assert sum(c * g for c, g in zip(m.exact_coefs, m.grid)) == 1
     assert repr(m).startswith("<FDMethod from_grid((-2, 0, 5), 1): grid=(-2, 0, 5)")
     adapted = FDMethod.from_grid((0, 1, 3, 4), 1, adapt=1)
-    assert adapted._bound_estimator.kind == "forward"
+    assert adapted._bound_of().kind == "forward"
     assert abs(adapted(jnp.exp, 0.5) - math.exp(0.5)) < 1e-9
     (x_bar,) = fd_vjp(m, jnp.sin, jnp.ones(4), (X,))
     np.testing.assert_allclose(x_bar, jnp.cos(X), rtol=1e-8)

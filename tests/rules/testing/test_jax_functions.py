@@ -399,6 +399,31 @@ def test_shorter_spans_accept_an_entry_only_where_two_in_a_row_agree():
     assert made == []  # nothing left to match: no estimate is made
 
 
+@pytest.mark.parametrize("f, x", [(lambda x: 1 / x, 1e-6), (jnp.cbrt, 1e-6), (jnp.tan, 1.5707)],
+                         ids=["reciprocal", "cbrt", "tan"])
+def test_where_f_changes_fast_fast_mode_and_test_frule_retry_at_shorter_spans(f, x):
+    # above the exact-mode limit: fast mode's probes, and test_frule's tangent along x_dot
+    x = jnp.asarray(np.random.default_rng(0).uniform(0.5, 1.0, 300)).at[3].set(x)
+    test_rrule(f, x, check_vmap=False, mode="fast")
+    test_frule(f, x, check_vmap=False)
+    off_vjp, off_jvp = jax.custom_vjp(f), jax.custom_jvp(f)
+    off_vjp.defvjp(lambda x: (f(x), x), lambda x, y_bar: (jax.vjp(f, x)[1](y_bar)[0] * (1 + 1e-7),))
+    off_jvp.defjvp(lambda p, t: (f(p[0]), jax.jvp(f, p, t)[1] * (1 + 1e-7)))
+    with pytest.raises(AssertionError, match="does not match finite differences"):
+        test_rrule(off_vjp, x, check_vmap=False, mode="fast")
+    with pytest.raises(AssertionError, match="does not match finite differences"):
+        test_frule(off_jvp, x, check_vmap=False)
+
+
+@pytest.mark.parametrize("f, z", [(lambda z: 1 / z, 1e-6 + 1e-6j), (jnp.tan, 1.5707 + 0j)], ids=["reciprocal", "tan"])
+def test_where_f_changes_fast_test_scalar_retries_its_partials_at_shorter_spans(f, z):
+    test_scalar(f, z)
+    off = jax.custom_jvp(f)
+    off.defjvp(lambda p, t: (f(p[0]), jax.jvp(f, p, t)[1] * (1 + 1e-7)))
+    with pytest.raises(AssertionError, match="does not match finite differences"):
+        test_scalar(off, z)
+
+
 def test_a_custom_jvp_giving_python_numbers_for_a_python_complex_is_checked():
     # JAX's jax.vjp of it returns a Python complex; its cotangent seed is made in that dtype
     f = jax.custom_jvp(lambda z: 1 / z)
