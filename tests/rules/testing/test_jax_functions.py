@@ -287,6 +287,18 @@ def test_at_a_c1_joint_the_rule_is_checked_against_one_sided_differences():
         test_rrule(wrong, x)
 
 
+def test_the_report_counts_one_sided_entries_only_where_the_central_stencil_missed():
+    """Where the central estimate already matches the rule, a one-sided one nearer by rounding
+    is not used or counted: 1/x at 300 points, one of them at 1e-6 (short spans there), once
+    reported 44 entries "not smooth"; |x| x + |x| with one kink, 2."""
+    x = jnp.asarray(np.random.default_rng(0).uniform(0.5, 2.0, 300)).at[7].set(1e-6)
+    sided = [c for c in test_frule(lambda v: 1 / v, x).checks if c.startswith("one-sided")]
+    assert sided == ["one-sided finite differences at 1 entries (f has a kink or changes fast there)"]
+    y = jnp.asarray(np.random.default_rng(1).uniform(0.5, 2.0, 40)).at[3].set(0.0)
+    assert "one-sided finite differences at 1 entries (f has a kink or changes fast there)" in test_rrule(
+        lambda v: jnp.abs(v) * v + jnp.abs(v), y).checks
+
+
 def _newton_free_root(tol, scale=1.0):
     """sqrt(a) by a linearly converging iteration stopped at a relative tolerance, with the
     implicit derivative 1 / (2 x) as its rule (times `scale`)."""
