@@ -32,7 +32,7 @@ from .._boundary import _tangent_leaves, conj, conj_tree, filled
 from .._lowering import lowered_rules
 from .._thunks import AbstractThunk, InplaceableThunk, Thunk, unthunk
 from .._zeros import AbstractZero, NoTangent, ZeroTangent
-from ._compiled import Program, _is_array, _is_small
+from ._compiled import Program, _is_small
 from ._compiled import run as run_compiled
 from ._compare import (
     WithTangent, _perturbable, compare_trees, default_tolerance, dense_like, mask_leaves, not_implemented_mask,
@@ -134,6 +134,12 @@ def _upcast(tree: Any) -> Any:
         return jax.tree_util.tree_map(up, tree)
 
 
+def _traced_numbers(tree: Any) -> Any:
+    """Python floats and complex numbers as weakly typed JAX scalars: a check's program traces them as
+    `jax.jit` does, never folds them in (XLA's folded complex tan near pi/2 is 5e-9 off its kernel's)."""
+    return jax.tree_util.tree_map(lambda leaf: jnp.asarray(leaf) if type(leaf) in (float, complex) else leaf, tree)
+
+
 # Keyword arguments of the testers themselves; test_scalar passes the others on to f.
 _TESTER_OPTIONS = frozenset({
     "output_tangent", "rtol", "atol", "fdm", "check_jit", "check_vmap", "check_thunked_output_tangent",
@@ -216,7 +222,7 @@ class _Problem:
                                                             if _perturbable(x) and not isinstance(t, NoTangent)]
         self.raw = unwrap(f)
         every = (f_dot, *tangents)
-        self.args = tuple(self.primal(i) for i in self.index)
+        self.args = tuple(self.primal(i) if i < 0 else _traced_numbers(self.primal(i)) for i in self.index)
         self.tangents = tuple(dense_like(every[1 + i], self.primal(i)) for i in self.index)
 
     def primal(self, i: int) -> Any:
@@ -432,15 +438,9 @@ def _partner(problem: _Problem, seed: int, scale: float) -> dict:
         if not is_differentiable_leaf(leaf):
             return leaf
         x = np.asarray(leaf) if isinstance(leaf, (jax.Array, np.ndarray, np.generic)) else jnp.asarray(leaf)
-        return (x + scale * random_values(x, rng) * x).astype(x.dtype)
+        return (x + scale * random_values(x, rng) * np.where(np.isfinite(x), x, 0)).astype(x.dtype)  # inf stays
 
     return dict(zip(problem.index, jax.tree_util.tree_map(move, problem.args)))
-
-
-def _movable(problem: _Problem) -> bool:
-    """Whether a rule's program can be run at a second point: its perturbed leaves are arrays
-    (program arguments), not Python numbers fixed in it."""
-    return all(_is_array(l) for l in jax.tree_util.tree_leaves(problem.args) if is_differentiable_leaf(l))
 
 
 def _slot(f: Any, ps: tuple, i: int) -> Any:
@@ -624,9 +624,10 @@ class _Test:
         point. That is tried first, then `body` alone, then (a rule that cannot be traced)
         `body` eagerly: the checks of the lowered primitive under `jax.jit` then say why."""
         problem, body, self.program = self.problem, functools.partial(self.body, self.spec), None
-        self.vmap_in_program = self.check_jit and self.check_vmap and _movable(problem)  # no partner made eagerly
+        # run again at a second point; not with f perturbed, whose fields it fixes (no lowered checks: `_unlowered`)
+        self.vmap_in_program = self.check_jit and self.check_vmap and not problem.f_perturbed
         partner = _partner(problem, self.seed, _VMAP_STEPS[0]) if self.vmap_in_program else None
-        args = _arguments(self, partner, False)
+        args = _arguments(self, partner)
         candidates = [body] if self.check_jit else []
         if self.check_jit and problem.index and self.lowers:
             # on large inputs the second point's unbatched value is computed in the program
@@ -1068,25 +1069,24 @@ def _doubled(tree: Any) -> Any:
 def _vmap_points(test: Any, first: Any, unbatched: Callable) -> Callable[[float], tuple]:
     """`check_variants`' jax.vmap check from a rule's program (`test`): at the second point
     `scale` away, `(unbatched, batched)`, batched over both points with the second's seed
-    doubled (`first` at the first scale); unbatched the same program run there,
-    `unbatched(result)` (the derivative doubled), or on large inputs (`test.second`) computed
-    by the program itself. No program is compiled for it."""
+    doubled (`first` at the first scale); unbatched the same program run there, the slots
+    the batch moves moved (no not-implemented one), `unbatched(result)` (the derivative
+    doubled), or on large inputs (`test.second`) computed by the program. None compiled for it."""
     def at(scale: float) -> tuple:
         partner = _partner(test.problem, test.seed, scale)
-        batched = first if scale == _VMAP_STEPS[0] else test.program(*_arguments(test, partner, False)).lowered[1]
+        batched = first if scale == _VMAP_STEPS[0] else test.program(*_arguments(test, partner)).lowered[1]
         if test.second:  # the program computed (unbatched, batched) itself
             return batched
-        return unbatched(test.program(*_arguments(test, partner, True))), batched
+        return unbatched(test.program(*_arguments(test, partner, test.ev.lowered[0]))), batched
 
     return at
 
 
-def _arguments(test: Any, partner: dict | None, moved: bool) -> tuple:
-    """A tester's rule program's arguments, at the jax.vmap check's second point if `moved`."""
-    primals, *rest = test.inputs
-    if moved:
-        primals = tuple(filled(primals, test.problem.index, [(partner or {})[i] for i in test.problem.index]))
-    return (primals, *rest, partner)
+def _arguments(test: Any, partner: dict | None, moved: tuple = ()) -> tuple:
+    """A tester's rule program's arguments, the slots `moved` at the jax.vmap check's second point."""
+    (primals, *rest), index = test.inputs, [i for i in test.problem.index if i >= 0]
+    values = [partner[i] if partner and i in moved else _traced_numbers(primals[i]) for i in index]
+    return (tuple(filled(primals, index, values)), *rest, partner)
 
 
 def _call_merged(prim: Any, index: tuple, full: tuple, fkwargs: dict, *dargs: Any) -> Any:

@@ -6,6 +6,7 @@ builds fresh primitives, so registrations never leak between tests.
 """
 
 import dataclasses
+import functools
 import os
 import subprocess
 import sys
@@ -1071,6 +1072,25 @@ def test_the_vmap_checks_second_point_runs_the_rules_own_program_again(monkeypat
         test_rrule(seeded, jnp.full(6, 1 - 1e-5))
 
 
+def test_the_vmap_checks_second_point_moves_only_the_arguments_the_batch_moves():
+    """With one cotangent not implemented (not lowered, not batched), the rule's program run at
+    the second point moved that argument too: a correct rule failed "batched differs from
+    looped" at x + y. A batching error in the other cotangent still fails."""
+    from rules import not_implemented
+
+    def pullback(y_bar, x, y, wrong=False):
+        a, b = y_bar
+        return NoTangent(), not_implemented("") * a, (_first_of_batch(a) if wrong else a) * jnp.cos(y)
+
+    for wrong in (False, True):
+        f = with_rrule(f"half_done_{wrong}", lambda x, y: (x + jnp.sin(y), x * 2), functools.partial(pullback, wrong=wrong))
+        if not wrong:
+            assert "jax.vmap" in test_rrule(f, jnp.full(3, 0.3), jnp.full(3, 0.7)).checks
+            continue
+        with pytest.raises(AssertionError, match=r"jax.vmap: batched differs from looped \(batch element 1\)"):
+            test_rrule(f, jnp.full(3, 0.3), jnp.full(3, 0.7))
+
+
 def test_a_compiled_checks_program_refuses_arguments_it_was_not_traced_for():
     """`_compiled.Program` runs its one trace at other array values only: another shape,
     dtype or fixed value must be traced anew, never run by this executable."""
@@ -1081,6 +1101,28 @@ def test_a_compiled_checks_program_refuses_arguments_it_was_not_traced_for():
     for args in [(np.ones(4), 2.0), (np.ones(3, np.float32), 2.0), (np.ones(3), 3.0), ((np.ones(3),), 2.0)]:
         with pytest.raises(ValueError, match="trace it anew"):
             program(*args)
+
+
+def test_a_perturbed_python_number_reaches_the_rules_traced_as_under_jax_jit():
+    """A Python float or complex argument is a weakly typed argument of the checks' programs,
+    as jax.jit traces one, not a constant folded into them (XLA folds some functions otherwise
+    than it computes them: test_jax_functions' complex tan near pi/2); an int stays as given."""
+    seen = []
+
+    def record(x, n):
+        seen.append((x, n))
+        return n * x ** (n - 1)
+
+    power = with_rrule("power_of_number", lambda x, n: x**n if n > 1 else x, lambda y_bar, x, n: (
+        NoTangent(), y_bar * jnp.conj(record(x, n)), NoTangent()))
+    add_frule(power, lambda dots, x, n: dots[0] * record(x, n))
+    for z in (1.5, 1.5 + 0.5j):
+        seen.clear()
+        test_rrule(power, z, 3)
+        test_frule(power, z, 3)
+        assert seen and all(isinstance(x, jax.core.Tracer) for x, _ in seen)
+        assert any(jax.typeof(x).weak_type for x, _ in seen)  # unbatched: as jax.jit(f)(z) traces z
+        assert all(type(n) is int for _, n in seen)
 
 
 def test_an_frule_wrong_only_under_vmap_fails_from_the_rules_own_program():
