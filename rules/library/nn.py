@@ -568,8 +568,8 @@ def _squareplus_root(x, b):
 def squareplus(x, b=4):
     """(x + sqrt(x**2 + b)) / 2, as `jax.nn.squareplus`, finite where x**2 overflows.
 
-    Why a rule: JAX squares x, so float32 `squareplus(1e20)` is inf with slope 1/2 (true:
-    1e20 and 1). Here the root is a hypotenuse, the negative side is b / (2 (r - x)) (no
+    Why a rule: JAX before 0.12.1 squares x, so float32 `squareplus(1e20)` is inf with slope
+    1/2 (true: 1e20 and 1). Here the root is a hypotenuse, the negative side is b / (2 (r - x)) (no
     cancellation), and the partials are d/dx = (1 + x / r) / 2, d/db = 1 / (4 r).
 
     Args:

@@ -21,8 +21,9 @@ broadcasting stretches. "broadcast_all" would copy unbatched operands once per b
 for nothing, and "sequential" would make one host call per batch element.
 
 In JAX 0.10.2, `jax.scipy.special` has none of kv, kve, iv, ive, jv, yv (only integer-order
-i0/i1/i0e/i1e and `bessel_jn`) nor struve; it has gammaincc, expi, zeta, erfcx and spence,
-with which these agree (and improve on at the edges: see each docstring).
+i0/i1/i0e/i1e and `bessel_jn`) nor struve; JAX 0.12.1 adds `iv`, `jn`, `kn` and `yn` of a
+static integer order only (a float or traced order raises). It has gammaincc, expi, zeta,
+erfcx and spence, with which these agree (and improve on at the edges: see each docstring).
 """
 
 from __future__ import annotations
@@ -270,7 +271,7 @@ def ive_frule(tangents, v, x):
 def jv(v, x):
     """Bessel function of the first kind J_v(x), of real order `v`.
 
-    Why: JAX has only `bessel_jn` (integer orders, by recurrence); the frule gives
+    Why: JAX has integer orders only (`bessel_jn`; `jn` from 0.12.1); the frule gives
     dJ_v/dx = (J_{v-1} - J_{v+1}) / 2, again through `jv`.
 
     Args:

@@ -3,6 +3,7 @@
 Every shadowed name keeps JAX's signature and values; every other name is JAX's object;
 through the namespace, jax.grad / zygote_jax.gradient give the library's derivatives."""
 
+import functools
 import inspect
 
 import jax
@@ -80,6 +81,7 @@ SAMPLES = {
     "gammaincc": (_X + 0.5, _X),
     "logsumexp": (np.array([[0.5, -1.0, 2.0], [1.0, 0.2, -0.3]]),),
     "polar": (_M,),
+    "iv": (2, _X),  # jax >= 0.12.1: of a static integer order (STATIC)
     # jax.scipy.stats, as "distribution.function"
     "gamma.logpdf": (_X, 1.5), "gamma.pdf": (_X, 1.5),
     "chi2.logpdf": (_X, 3.0), "chi2.pdf": (_X, 3.0),
@@ -94,14 +96,39 @@ SAMPLES = {
     "truncnorm.logpdf": (_X - 1, -0.5, 2.0), "truncnorm.pdf": (_X - 1, -0.5, 2.0),
     "truncnorm.logcdf": (_X - 1, -0.5, 2.0), "truncnorm.cdf": (_X - 1, -0.5, 2.0),
 }  # fmt: skip
+STATIC = {"iv": (0,)}  # arguments JAX's function takes static only (jax.jit's static_argnums)
 
 
 @pytest.mark.parametrize("mine, jaxs, name", FUNCTIONS, ids=[name for _, _, name in FUNCTIONS])
 def test_every_shadowed_name_keeps_jax_values(mine, jaxs, name):
     parts = name.split(".")  # SAMPLES by "distribution.function", else by the function's name
     args = SAMPLES.get(".".join(parts[-2:]), SAMPLES.get(parts[-1], (_X - 1,)))
-    for got, expected in ((mine(*args), jaxs(*args)), (jax.jit(mine)(*args), jax.jit(jaxs)(*args))):
+    jit = functools.partial(jax.jit, static_argnums=STATIC.get(parts[-1], ()))
+    for got, expected in ((mine(*args), jaxs(*args)), (jit(mine)(*args), jit(jaxs)(*args))):
         np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
+
+
+def test_iv_is_jax_own_at_an_integer_order_and_the_librarys_at_any_other():
+    """JAX 0.12.1 added `jax.scipy.special.iv` of a static integer order: the namespace's `iv`
+    gives JAX's there (complex z too) and the library's at a float or traced order, both
+    SciPy's values, with the same derivative in z at an integer order."""
+    import scipy.special
+
+    from rules.library import special
+
+    x = np.array([0.3, 1.7, 25.0])
+    np.testing.assert_allclose(rsp.iv(2.5, x), scipy.special.iv(2.5, x), rtol=1e-12)
+    np.testing.assert_allclose(jax.jit(rsp.iv)(2, x), scipy.special.iv(2, x), rtol=1e-12)  # traced order
+    slopes = [jax.vmap(jax.grad(lambda t, f=f: f(2, t)))(x) for f in (rsp.iv, special.iv)]
+    np.testing.assert_allclose(slopes[0], slopes[1], rtol=1e-12)
+    if not hasattr(jax.scipy.special, "iv"):  # jax < 0.12.1: the library's at every order
+        assert "iv" in rsp.EXTRA and "iv" not in rsp.SHADOWED
+        return
+    assert "iv" in rsp.SHADOWED and "iv" not in rsp.EXTRA
+    z = np.array([1.0 + 1.0j, -0.5 + 2.0j])
+    np.testing.assert_allclose(rsp.iv(2, z), scipy.special.iv(2, z), rtol=1e-12)  # JAX's: complex too
+    with pytest.raises(TypeError):  # JAX's own refuses a float order
+        jax.scipy.special.iv(2.5, x)
 
 
 @pytest.mark.parametrize("ours, theirs", MODULES, ids=[t.__name__ for _, t in MODULES])

@@ -331,7 +331,7 @@ def test_softmax_family_matches_optax_and_jax_nn_in_float32(f, reference, target
 
 def compiled_kernels(f, *args):
     """The instructions of XLA's CPU program for `jit(f)(*args)`, parameters, constants and bitcasts aside."""
-    cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
+    cpu = jax.sharding.make_single_device_sharding(jax.devices("cpu")[0])
     specs = [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype, sharding=cpu) for a in args]
     hlo = jax.jit(f).lower(*specs).compile().as_text()
     entry = hlo[hlo.index("\nENTRY"):].splitlines()[1:]

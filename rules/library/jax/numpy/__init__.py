@@ -30,14 +30,14 @@ from . import linalg as linalg
 abs = absolute = _primitive(_jnp.abs)  # 0 at 0 (JAX: 1 for real, NaN for complex)
 sign = _primitive(_jnp.sign)  # complex: z / |z| turns with z (JAX: 0)
 hypot = _primitive(_jnp.hypot)  # 0 at (0, 0) (JAX: (1, 0) or NaN)
-arctan2 = _primitive(_jnp.arctan2)  # finite at 1e-200 (JAX: inf)
+arctan2 = _primitive(_jnp.arctan2)  # finite at 1e-200 (JAX before 0.12.1: inf)
 sinc = _primitive(_jnp.sinc)  # near 0 by its series (JAX: rounding noise at 1e-8)
 arcsinh = _primitive(_jnp.arcsinh)  # 1e200 (JAX: 0)
 arccosh = _primitive(_jnp.arccosh)  # 1e200 (JAX: 0); complex on the principal branch
 tanh = _primitive(_jnp.tanh)  # float32 tails (JAX: 0 at -9.01)
 expm1 = _primitive(_jnp.expm1)  # exp, not y + 1 (JAX 0.10: 0 at -40)
 power = pow = _primitive(_jnp.power)  # x = 0 as ChainRules' table (JAX: NaN at 0**0)
-logaddexp = _Ufunc(_jnp.logaddexp)  # a tie in float32, two -inf (JAX: 1 and NaN)
+logaddexp = _Ufunc(_jnp.logaddexp)  # a tie in float32, two -inf (JAX: NaN; before 0.12.1 1 at the tie)
 logaddexp2 = _Ufunc(_jnp.logaddexp2)
 
 

@@ -3,7 +3,9 @@
 `from rules.library.jax.scipy import special` for `from jax.scipy import special`. The names
 in `SHADOWED` are the library's, with JAX's signatures; `EXTRA` are SciPy functions JAX does
 not have (`kv`, `iv`, `jv`, `yv`, `struve` from `rules.library.special`, `exprel` from
-`rules.library.logexp`); every other name is JAX's object.
+`rules.library.logexp`); every other name is JAX's object. Where JAX has `iv` (0.12.1 on, of
+a static integer order only), `iv` is shadowed: JAX's own at a Python or NumPy integer order,
+the library's at any other (a float order, a traced one).
 
 >>> import jax
 >>> from rules.library.jax.scipy import special
@@ -14,6 +16,7 @@ not have (`kv`, `iv`, `jv`, `yv`, `struve` from `rules.library.special`, `exprel
 from __future__ import annotations
 
 import jax.scipy.special as _jsp
+import numpy as _np
 
 from ... import elementwise as _elementwise  # noqa: F401  (registers the rules used below)
 from ... import logexp as _logexp
@@ -32,11 +35,28 @@ i0, i0e, i1, i1e = (_primitive(f) for f in (_jsp.i0, _jsp.i0e, _jsp.i1, _jsp.i1e
 logsumexp = _logexp.logsumexp  # d/db where b = 0 (JAX: 0)
 
 # SciPy's, which JAX lacks (Bessel and Struve by host calls: rules.library.special)
-kv, kve, iv, ive, jv, yv, struve = (_special.kv, _special.kve, _special.iv, _special.ive,
-                                    _special.jv, _special.yv, _special.struve)  # fmt: skip
+kv, kve, ive, jv, yv, struve = (_special.kv, _special.kve, _special.ive, _special.jv, _special.yv,
+                                _special.struve)  # fmt: skip
 exprel = _logexp.exprel  # expm1(x) / x, 1 at 0, with its slope 1/2 there
+_JAX_IV = getattr(_jsp, "iv", None)  # jax >= 0.12.1: of a static integer order only
 
-SHADOWED = ("expit", "xlogy", "xlog1py", "betainc", "gammainc", "gammaincc", "i0", "i0e", "i1", "i1e", "logsumexp")
-EXTRA = ("kv", "kve", "iv", "ive", "jv", "yv", "struve", "exprel")
+
+def iv(v, z):
+    """The modified Bessel function of the first kind, I_v(z): JAX's own
+    `jax.scipy.special.iv` (where it exists) at a Python or NumPy integer order `v`, which it
+    computes natively, for complex `z` too; `rules.library.special.iv` at any other order
+    (a float, a traced or batched one), which JAX's raises for.
+
+    >>> float(iv(2.5, 1.0)) == float(_special.iv(2.5, 1.0))
+    True
+    """
+    if _JAX_IV is not None and isinstance(v, (int, _np.integer)):
+        return _JAX_IV(v, z)
+    return _special.iv(v, z)
+
+
+SHADOWED: tuple[str, ...] = ("expit", "xlogy", "xlog1py", "betainc", "gammainc", "gammaincc", "i0", "i0e", "i1",
+                             "i1e", "logsumexp") + (("iv",) if _JAX_IV is not None else ())
+EXTRA = ("kv", "kve", "ive", "jv", "yv", "struve", "exprel") + (() if _JAX_IV is not None else ("iv",))
 
 __getattr__, __dir__ = _fallback(__name__, _jsp, SHADOWED + EXTRA)
