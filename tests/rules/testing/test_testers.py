@@ -1123,6 +1123,10 @@ def test_a_perturbed_python_number_reaches_the_rules_traced_as_under_jax_jit():
         assert seen and all(isinstance(x, jax.core.Tracer) for x, _ in seen)
         assert any(jax.typeof(x).weak_type for x, _ in seen)  # unbatched: as jax.jit(f)(z) traces z
         assert all(type(n) is int for _, n in seen)
+    square = fresh_primitive("square_of_a_float", lambda x: x * x)
+    rules.rrule.register(square, lambda x: (square(x), lambda y_bar: (NoTangent(), 2 * x * y_bar)), types=(float,))
+    for check_jit in (True, False):  # traced, it dispatches as the float; eagerly, it is the float
+        assert "finite differences (exact)" in test_rrule(square, 1.5, check_jit=check_jit).checks
 
 
 def test_an_frule_wrong_only_under_vmap_fails_from_the_rules_own_program():
