@@ -624,8 +624,7 @@ class _Test:
         point. That is tried first, then `body` alone, then (a rule that cannot be traced)
         `body` eagerly: the checks of the lowered primitive under `jax.jit` then say why."""
         problem, body, self.program = self.problem, functools.partial(self.body, self.spec), None
-        # run again at a second point; not with f perturbed, whose fields it fixes (no lowered checks: `_unlowered`)
-        self.vmap_in_program = self.check_jit and self.check_vmap and not problem.f_perturbed
+        self.vmap_in_program = self.check_jit and self.check_vmap and not problem.f_perturbed  # f's fields: fixed in it
         partner = _partner(problem, self.seed, _VMAP_STEPS[0]) if self.vmap_in_program else None
         args = _arguments(self, partner)
         candidates = [body] if self.check_jit else []
@@ -1083,10 +1082,11 @@ def _vmap_points(test: Any, first: Any, unbatched: Callable) -> Callable[[float]
 
 
 def _arguments(test: Any, partner: dict | None, moved: tuple = ()) -> tuple:
-    """A tester's rule program's arguments, the slots `moved` at the jax.vmap check's second point."""
-    (primals, *rest), index = test.inputs, [i for i in test.problem.index if i >= 0]
-    values = [partner[i] if partner and i in moved else _traced_numbers(primals[i]) for i in index]
-    return (tuple(filled(primals, index, values)), *rest, partner)
+    """A tester's rule program's arguments: the perturbed slots as `problem.args` (`_traced_numbers`),
+    those in `moved` at the jax.vmap check's second point."""
+    (primals, *rest), problem = test.inputs, test.problem
+    at = {i: partner[i] if partner and i in moved else x for i, x in zip(problem.index, problem.args) if i >= 0}
+    return (tuple(filled(primals, at, at.values())), *rest, partner)
 
 
 def _call_merged(prim: Any, index: tuple, full: tuple, fkwargs: dict, *dargs: Any) -> Any:
