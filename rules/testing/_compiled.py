@@ -101,12 +101,27 @@ class _ByIdentity:
         return id(self.obj)
 
 
+def _constants(jaxpr: Any) -> list:
+    """The constants of a trace and of every jaxpr nested in it (a `jit`'s, a `custom_jvp`'s,
+    a loop's), once each: JAX >= 0.11 passes those over `jax_embedded_constants_max_bytes` to
+    the executable as arguments, wherever they stand, and the text does not show them."""
+    found: dict[int, Any] = {}
+    todo = [jaxpr]
+    while todo:
+        j = todo.pop(0)
+        found.update((id(c), c) for c in getattr(j, "consts", ()))
+        todo += [v for eqn in getattr(getattr(j, "jaxpr", j), "eqns", ()) for value in eqn.params.values()
+                 for v in (value if isinstance(value, (tuple, list)) else (value,))
+                 if hasattr(v, "eqns") or hasattr(getattr(v, "jaxpr", None), "eqns")]
+    return list(found.values())
+
+
 def _values_key(consts: list) -> tuple:
-    """The constants a trace kept beside its jaxpr, by value. JAX embeds them in the lowered
-    module today (its text shows them); were one passed to the executable instead, an
-    executable of another trace would run with that trace's values, so they key it too. A
-    typed PRNG key counts by its key data; any other constant NumPy cannot read, by identity
-    (JAX arrays are immutable: the same object has the same values)."""
+    """The constants of a trace (`_constants`), by value: JAX embeds small ones in the lowered
+    module (its text shows them) and passes large ones to the executable, so an executable of
+    another trace would run with that trace's values; they key it too. A typed PRNG key
+    counts by its key data; any other constant NumPy cannot read, by identity (JAX arrays
+    are immutable: the same object has the same values)."""
     out: list = []
     for c in consts:
         dtype = getattr(c, "dtype", None)
@@ -142,9 +157,9 @@ def _tree_key(treedef: Any) -> tuple:
 def _key(stage: Any, lowered: Any, options: dict, placement: tuple) -> Any:
     """What identifies a compiled program completely, or None where nothing can: a digest
     of the lowered module's text (every operation and constant, nested jaxprs' included,
-    shapes, shardings, precision), the trace's constants by value, the argument and result
-    structures, the results' weak types, the compiler options, the backend and the
-    arguments' placement. None for a program that calls back into Python
+    shapes, shardings, precision), the trace's constants by value (nested ones too), the
+    argument and result structures, the results' weak types, the compiler options, the
+    backend and the arguments' placement. None for a program that calls back into Python
     (`holds_host_callback`). `stage` is traced with `keep_unused=True`: otherwise JAX drops
     the arguments nothing reads, and two programs that read different arguments of one shape
     print alike (the executable holds which ones it reads, the text does not)."""
@@ -152,7 +167,7 @@ def _key(stage: Any, lowered: Any, options: dict, placement: tuple) -> Any:
     if holds_host_callback(text):
         return None
     results = tuple((r.shape, str(r.dtype), getattr(r, "weak_type", False)) for r in stage.jaxpr.out_avals)
-    return (hashlib.blake2b(text.encode()).digest(), _values_key(stage.jaxpr.consts),
+    return (hashlib.blake2b(text.encode()).digest(), _values_key(_constants(stage.jaxpr)),
             _tree_key(lowered.in_tree), _tree_key(lowered.out_tree), results, tuple(sorted(options.items())),
             jax.default_backend(), placement)
 

@@ -255,6 +255,48 @@ def _nested_jaxpr_constant():
         lambda: held.__setitem__(0, np.full(3, 1.01))
 
 
+def _big(scale: float = 1.0) -> np.ndarray:
+    """An array of more bytes than `jax_embedded_constants_max_bytes` (1024): as a constant of
+    a trace, JAX >= 0.11 passes it to the executable as an argument, which the lowered text
+    does not show; only its first 3 entries are read (`* scale`)."""
+    big = np.linspace(1.0, 2.0, 300)
+    big[:3] = scale
+    return big
+
+
+def _hoisted_constant_in_the_rule():
+    """The pullback reads a large array through a nested `jax.jit` (its constant, not the
+    program's): the program's executable receives it as an argument."""
+    held = [_big()]
+
+    @rules.primitive
+    def mysin(x):
+        return jnp.sin(x)
+
+    @mysin.rrule
+    def mysin_rrule(x):
+        scale = jax.jit(lambda v: v * jnp.asarray(held[0])[:3])
+        return jnp.sin(x), lambda y_bar: (NoTangent(), scale(rules.unthunk(y_bar) * jnp.cos(x)))
+
+    return mysin, (X,), lambda: held.__setitem__(0, _big().copy()), lambda: held.__setitem__(0, _big(1.01))
+
+
+def _hoisted_constant_in_f():
+    """f reads a large array through a nested `jax.jit` and the rule does not: changed, the
+    rule is wrong, which finite differences of f as it is now must see."""
+    held = [_big()]
+
+    @rules.primitive
+    def scaled_sin(x):
+        return jax.jit(lambda v: jnp.sin(v) * jnp.asarray(held[0])[:3])(x)
+
+    @scaled_sin.rrule
+    def scaled_sin_rrule(x):
+        return scaled_sin(x), lambda y_bar: (NoTangent(), rules.unthunk(y_bar) * jnp.cos(x))
+
+    return scaled_sin, (X,), lambda: held.__setitem__(0, _big().copy()), lambda: held.__setitem__(0, _big(1.01))
+
+
 def _jax_primitive(scale):
     """A JAX primitive named zj_scale multiplying by `scale`, with impl, abstract eval,
     lowering, JVP and transpose: two of them print alike in a jaxpr."""
@@ -507,6 +549,8 @@ SCENARIOS = {
     "np.frompyfunc": _frompyfunc,
     "a device_put array sharing its NumPy source": _device_put_shared,
     "a nested jaxpr's constant": _nested_jaxpr_constant,
+    "a large constant of a nested jit, in the rule": _hoisted_constant_in_the_rule,
+    "a large constant of a nested jit, in f": _hoisted_constant_in_f,
     "two JAX primitives of one name": _two_primitives_of_one_name,
     "a primitive's lowering replaced": _lowering_replaced,
     "a file read while tracing": _file_read,
@@ -576,6 +620,43 @@ def test_an_frule_check_after_a_change_checks_the_code_as_it_is_now():
     m.S = 1.01
     with pytest.raises(AssertionError, match="tangent does not match finite differences"):
         test_frule(mycos, X)
+
+
+@pytest.mark.parametrize("make", [_hoisted_constant_in_the_rule, _hoisted_constant_in_f])
+def test_a_large_constant_of_a_nested_jit_is_read_as_it_is_now_by_every_check(make):
+    """With `check_jit=False` too (the finite differences' programs alone are compiled), and
+    by test_frule of a custom_jvp whose jvp reads it: JAX passes such a constant to the
+    executable as an argument, so a kept executable would run with the old array."""
+    f, args, _, wrong = make()
+    test_rrule(f, *args, check_jit=False)
+    wrong()
+    with pytest.raises(AssertionError, match="does not match finite differences"):
+        test_rrule(f, *args, check_jit=False)
+    held = [_big()]
+
+    @jax.custom_jvp
+    def g(x):
+        return jnp.sin(x)
+
+    g.defjvp(lambda p, t: (g(p[0]), jax.jit(lambda v: v * jnp.asarray(held[0])[:3])(jnp.cos(p[0]) * t[0])))
+    test_frule(g, X)
+    held[0] = _big(1.01)
+    with pytest.raises(AssertionError, match="tangent does not match finite differences"):
+        test_frule(g, X)
+
+
+def test_constants_are_found_in_nested_jaxprs_once_each():
+    """`_compiled._constants`: the program's own and each nested jaxpr's, a shared one once."""
+    from rules.testing import _compiled
+
+    a, b = jnp.asarray(_big()), jnp.asarray(_big(2.0))
+
+    def program(x):
+        inner = jax.jit(lambda v: v * a[:3] + b[:3])
+        return inner(x) * a[:3] + jax.lax.cond(x[0] > 0, lambda v: v * b[:3], lambda v: v, x)
+
+    found = _compiled._constants(jax.jit(program).trace(X).jaxpr)
+    assert sorted(id(c) for c in found) == sorted({id(a), id(b)})
 
 
 def test_programs_that_call_back_into_python_are_recognised_and_never_reused():
