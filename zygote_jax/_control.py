@@ -230,9 +230,11 @@ class Buffer:
     value keeps its value: a Python number must fit (no imaginary part in a real buffer, an
     integer within range in an integer buffer: `2.0` fits int32, `1.7` does not), an array
     must promote to the buffer's dtype (int into float, float32 into float64; not complex
-    into real, float into int, float64 into float32). Traced indices (under `jax.jit`, in a
-    `fori_loop`) are checked when the program runs: out of bounds, it raises
-    `jax.errors.JaxRuntimeError` with the same message.
+    into real, float into int, float64 into float32), and a weakly typed integer array
+    (`jnp.array(300)`, a Python int passed to `jax.jit`) must fit as a Python int must.
+    Traced indices (under `jax.jit`, in a `fori_loop`) and traced weak integers are checked
+    when the program runs: out of bounds or range, it raises `jax.errors.JaxRuntimeError`
+    with the same message.
 
     Args:
       x: the initial contents (an array or number), or, with `shape`, the template whose
@@ -455,7 +457,31 @@ def _check_value(dtype: Any, index: Any, value: Any) -> Any:
             f"convert it explicitly, `buf[i] = v.astype(buf.dtype)` (`jnp.real`, `jnp.round` first if meant), "
             f"or make the buffer with the value's dtype: `Buffer(jnp.zeros(shape, jnp.{value.dtype}))`",
         )
+    if getattr(getattr(value, "aval", value), "weak_type", False) and jnp.issubdtype(dtype, jnp.integer):
+        _check_weak_integer(dtype, index, value)  # it takes the buffer's dtype, as a Python int would
     return value
+
+
+def _check_weak_integer(dtype: Any, index: Any, value: Any) -> None:
+    """A weakly typed integer array (`jnp.array(300)`, a Python int passed to `jax.jit`)
+    promotes to any integer dtype, so it must fit as a Python int must: checked now where
+    it is concrete, else as the program runs."""
+    info, have = jnp.iinfo(dtype), jnp.iinfo(value.dtype)
+    if info.min <= have.min and have.max <= info.max:
+        return
+    if not isinstance(value, jax.core.Tracer):
+        return _raise_unfit(dtype, index, value)
+    bad = jnp.any((value < info.min) | (value > info.max))
+    report = functools.partial(_raise_unfit, dtype, index)
+    jax.lax.cond(bad, lambda: jax.debug.callback(report, value), lambda: None)
+
+
+def _raise_unfit(dtype: Any, index: Any, value: Any) -> None:
+    """`_fit_number`'s error for the first entry of `value` outside `dtype`'s range, if any."""
+    value, info = np.asarray(value), jnp.iinfo(dtype)
+    outside = value[(value < info.min) | (value > info.max)]
+    if outside.size:
+        _fit_number(dtype, index, int(outside.flat[0]))
 
 
 def _fit_number(dtype: Any, index: Any, value: bool | int | float | complex) -> bool | int | float | complex:

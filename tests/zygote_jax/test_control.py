@@ -295,9 +295,11 @@ def test_buffer_traced_index_out_of_bounds_raises_as_the_program_runs():
         (jnp.int32, 1.7, "an integer"),
         (jnp.int32, jnp.array(2.0), "promotes to int32"),
         (jnp.int8, 300, r"a number in \[-128, 127\]"),
+        (jnp.uint8, jnp.array(-1), r"a number in \[0, 255\]"),  # weakly typed: checked as an int is
         (jnp.float32, jnp.array(0.5, jnp.float64), "promotes to float32"),
     ],
-    ids=["complex-into-real", "complex-array", "fraction-into-int", "float-array", "overflow", "f64-in-f32"],
+    ids=["complex-into-real", "complex-array", "fraction-into-int", "float-array", "overflow", "weak-overflow",
+         "f64-in-f32"],
 )
 def test_buffer_write_that_would_change_the_value_is_a_type_error(maybe_jit, dtype, value, expected):
     what = r"(?s)`Buffer`: cannot write .* at index 0 into a buffer of dtype .*"
@@ -316,6 +318,7 @@ def test_buffer_write_that_would_change_the_value_is_a_type_error(maybe_jit, dty
         (jnp.float32, 0.1, np.float32(0.1)),
         (jnp.int32, 2.0, 2),
         (jnp.int8, -128, -128),
+        (jnp.int8, jnp.array(-128), -128),
         (jnp.complex64, 1.5, 1.5),
         (jnp.bool_, 1, True),
     ],
@@ -323,6 +326,19 @@ def test_buffer_write_that_would_change_the_value_is_a_type_error(maybe_jit, dty
 def test_buffer_write_of_a_value_that_fits(maybe_jit, dtype, value, stored):
     out = maybe_jit(lambda b: write(b, 0, value))(Buffer(jnp.zeros(2, dtype)))
     assert out.dtype == dtype and out[0] == stored
+
+
+def test_buffer_write_of_a_traced_weak_integer_is_checked_as_the_program_runs():
+    """A Python int passed to `jax.jit` is a weakly typed tracer: it takes the buffer's dtype
+    as the int would, so it must fit as the int must (JAX alone would wrap 300 to 44)."""
+    def scaled(n):
+        buf = Buffer(jnp.zeros(2, jnp.int8))
+        buf[0] = n * 100
+        return buf.copy()
+
+    assert list(jax.jit(scaled)(1)) == [100, 0]
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"(?s)cannot write 300 at index 0 .* dtype int8"):
+        jax.block_until_ready(jax.jit(scaled)(3))
 
 
 def test_buffer_write_of_the_wrong_shape_names_buffer(maybe_jit):
