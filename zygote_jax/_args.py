@@ -7,9 +7,9 @@ The rule, for every leaf of every positional argument (arguments are JAX pytrees
 * Python ints (and NumPy integer scalars) are first *promoted* to floats and differentiated
   as reals, as Zygote does (`gradient(lambda x: 3*x**2, 5) == (30.0,)`); if tracing then
   fails because an int was needed concretely (a `TypeError`, which covers JAX's
-  concretization and integer-conversion errors, or an `IndexError`: an index, a shape, a
-  `range`), the function is traced once more with *all* Python ints left as they are, and
-  their gradients are `None`. The function therefore runs twice in that case. (Eagerly,
+  concretization and integer-conversion errors, an `IndexError`: an index, a shape, a
+  `range`, or a `ValueError`: `jnp.take`'s index), the function is traced once more with
+  *all* Python ints left as they are, and their gradients are `None`. The function therefore runs twice in that case. (Eagerly,
   a promoted int is concrete, so a Python `if n > 2` on it works and its gradient is 0;
   under `jax.jit` the same branch needs the retry, and the gradient is `None`);
 * everything else (bools, int/bool arrays, strings, None, callables, other objects) is
@@ -38,7 +38,7 @@ __all__ = ["ArgSpec", "with_int_retry", "to_zygote", "is_diff_leaf"]
 
 T = TypeVar("T")
 DIFF, PROMOTED, PASS = 0, 1, 2
-_RETRY_ERRORS = (TypeError, IndexError)
+_RETRY_ERRORS = (TypeError, IndexError, ValueError)
 
 
 def _leaf_kind(leaf: Any, ints_static: bool) -> int:

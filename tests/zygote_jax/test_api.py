@@ -89,8 +89,9 @@ def test_gradient_int_used_as_index_gets_none():
         lambda x, n: jnp.sum(jnp.ones(n) * x),  # a shape
         lambda x, n: sum(x for _ in range(n)),  # a range
         lambda x, n: jnp.sum(jnp.arange(3.0)[:n]) * x,  # a slice
+        lambda x, n: jnp.take(jnp.full(4, 3.0), n) * x,  # an index of jnp.take (a ValueError for a float)
     ],
-    ids=["shape", "range", "slice"],
+    ids=["shape", "range", "slice", "take"],
 )
 def test_gradient_int_needed_concretely_gets_none(f):
     g = gradient(f, 2.0, 3)
