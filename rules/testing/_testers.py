@@ -547,7 +547,8 @@ def test_rrule(f: Callable, *args: Any, output_tangent: Any = None, rtol: float 
       output_tangent: the seed `y_bar` (default: random; the int `seed` seeds every random tangent).
       rtol, atol: tolerances (default: by the lowest precision of the primals and output).
       fdm: the finite-difference method (default `central_fdm(5, 1)`).
-      check_jit: evaluate as one compiled program, traced on every call (False: eagerly).
+      check_jit: evaluate as one compiled program, traced on every call (False: eagerly, as an
+        eager `jax.grad` calls the rule: for a rule that computes otherwise on concrete arrays).
       check_vmap: check the lowered primitive under `jax.vmap` too.
       check_thunked_output_tangent: check the pullback of `Thunk(lambda: y_bar)`.
       mode: "exact": all of `J^T y_bar`, entry by entry, so that an error in any one entry
