@@ -1391,7 +1391,8 @@ class _FruleTest(_Test):
 
     def report(self) -> RuleReport:
         # an frule serves forward mode; JAX transposes it or uses an rrule in reverse
-        return RuleReport(self.name, "jax.jvp" if self.via_jax else "frule", "exact", self.worst, tuple(self.checks),
+        mode = "exact" if self.problem.size() <= EXACT_MODE_LIMIT else "fast"  # above: along x_dot only
+        return RuleReport(self.name, "jax.jvp" if self.via_jax else "frule", mode, self.worst, tuple(self.checks),
                           time.perf_counter() - self.start, "fwd+rev")
 
 

@@ -636,6 +636,14 @@ def test_frule_only_passes_and_checks_the_lowered_jvp():
     assert {"finite differences", "jax.jit(jax.jvp)", "jax.vmap"} <= set(report.checks)
 
 
+def test_frule_report_says_fast_above_the_exact_limit_where_it_compares_along_x_dot():
+    from rules.testing._testers import EXACT_MODE_LIMIT
+
+    x = jnp.linspace(-1.0, 1.0, EXACT_MODE_LIMIT + 1)
+    assert test_frule(sin_frule(), x).mode == "fast"
+    assert test_frule(sin_frule(), x[:EXACT_MODE_LIMIT]).mode == "exact"
+
+
 def test_frule_with_rrule_checks_transposition():
     report = test_frule(sin_both(), X64)
     assert report.max_error < 1e-8
