@@ -88,8 +88,8 @@ def _logaddexp_weights(a, b, log_base):
     weigh 1/2 each, +inf included; two -inf (an empty sum) weigh 0, as the library's
     `logsumexp` of a fully masked row does.
     """
-    tie, empty = a == b, (a == -jnp.inf) & (b == -jnp.inf)
-    d = jnp.where(tie, 0.0, a - b) * log_base
+    tie, empty = (a == b) & jnp.isinf(a), (a == -jnp.inf) & (b == -jnp.inf)  # a finite tie: sigmoid(0)
+    d = jnp.where(tie, 0.0, a - b) * log_base  # so that its derivative (1/4 at a tie) is kept
     w = jnp.where(tie, 0.5, jax.nn.sigmoid(d))
     w_b = jnp.where(tie, 0.5, jax.nn.sigmoid(-d))
     return jnp.where(empty, 0.0, w), jnp.where(empty, 0.0, w_b)
@@ -102,7 +102,7 @@ def _power_partials(x, p, y):
     x**p log|x| (the real part of the complex log, as ChainRules), and at x = 0: 0 for p > 0,
     NaN otherwise (x**p is not continuous in p there).
     """
-    zero_p = p == 0
+    zero_p = (p == 0) & (x == 0)  # elsewhere p x**(p - 1) is 0 at p == 0, and its d/dp 1/x kept
     dx = jnp.where(zero_p, 0.0, p * jnp.power(x, jnp.where(zero_p, 1, p) - 1))
     at_zero = x == 0
     if jnp.iscomplexobj(x) or jnp.iscomplexobj(p):

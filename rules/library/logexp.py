@@ -41,9 +41,10 @@ _Y32 = np.array([0.6, 0.0, 1.5], np.float32)
 
 # ----- strong zeros -------------------------------------------------------------------------
 def _times(t: Any, p: Any) -> Any:
-    """t * p, and exactly 0 where t == 0 (also where p is infinite: a strong zero)."""
+    """t * p, and exactly 0 where t == 0 and p is infinite or NaN (a strong zero); only there,
+    so that the derivative of t * p in t (p) is kept where t happens to be 0."""
     prod = t * p
-    return jnp.where(t == 0, jnp.zeros_like(prod), prod)
+    return jnp.where((t == 0) & ~jnp.isfinite(p), jnp.zeros_like(prod), prod)
 
 
 def _strong_rules(f: Any, fn: Callable, partials: Callable, *, plain: bool) -> None:
@@ -109,7 +110,7 @@ def _safe(where: Any, x: Any, fill: float = 1.0) -> Any:
 # ----- xlogy --------------------------------------------------------------------------------
 def _xlogy_partials(x, y):
     x, y = _as_result(jnp.result_type(jsp.xlogy(x, y)), x, y)
-    zero = x == 0
+    zero = (x == 0) & (y == 0)  # only 0/0: elsewhere x / y is 0 at x == 0, and its d/dx 1/y kept
     return jnp.log(y), jnp.where(zero, 0.0, x / _safe(zero, y)).astype(x.dtype)
 
 
@@ -148,7 +149,7 @@ See also: `xlog1py`, `xlogx`, `jax.scipy.special.xlogy`.
 # ----- xlog1py ------------------------------------------------------------------------------
 def _xlog1py_partials(x, y):
     x, y = _as_result(jnp.result_type(jsp.xlog1py(x, y)), x, y)
-    zero = x == 0
+    zero = (x == 0) & (y == -1)  # only 0/0, as for xlogy
     return jnp.log1p(y), jnp.where(zero, 0.0, x / _safe(zero, 1 + y)).astype(x.dtype)
 
 

@@ -39,6 +39,7 @@ import numpy as np
 from .._errors import format_message
 from .._notimplemented import not_implemented
 from .._primitive import external, primitive
+from .logexp import xlogy
 from .._zeros import AbstractZero, ZeroTangent
 
 __all__ = ["kv", "kve", "iv", "ive", "jv", "yv", "struve", "gammaincc", "expi", "zeta", "erfcx", "spence"]
@@ -408,8 +409,9 @@ def gammaincc_frule(tangents, a, x):
 
 @jax.jit
 def _gammaincc_slope(a, x):
-    """dQ/dx = -x^(a-1) e^(-x) / Gamma(a), in log space; xlogy makes x^0 = 1 at x = 0."""
-    return -jnp.exp(jsp.xlogy(a - 1, x) - x - jsp.gammaln(a))
+    """dQ/dx = -x^(a-1) e^(-x) / Gamma(a), in log space; xlogy makes x^0 = 1 at x = 0 (the
+    library's: JAX's d/dx there is 0/0, NaN in the second derivative of Q(1, x) = e^-x)."""
+    return -jnp.exp(xlogy(a - 1, x) - x - jsp.gammaln(a))
 
 
 # ----- expi -------------------------------------------------------------------------------------

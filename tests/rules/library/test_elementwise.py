@@ -154,3 +154,22 @@ def test_squareplus_is_finite_and_right_where_x_squared_overflows():
     np.testing.assert_allclose(slope, np.float32([1.0, 4 / (4 * 1e20)]), rtol=1e-5)  # b / (4 x**2) on the left (JAX: 0)
     assert float(jax.grad(jax.nn.squareplus)(x[0])) == (1.0 if fixed else 0.5)  # before 0.12.1: half the true slope
     np.testing.assert_allclose(squareplus(np.array([-2.0, 0.5, 3.0]), 2.0), jax.nn.squareplus(np.array([-2.0, 0.5, 3.0]), 2.0))
+
+
+# Where JAX's own derivative is right, so are its second derivatives: a rule's guard for an
+# edge (an infinite tie, 0 ** 0) must not hold its partial constant at ordinary points nearby.
+SECOND_ORDER = [
+    (jnp.logaddexp, (0.3, 0.3)),  # a finite tie: the weights' derivative is 1/4
+    (jnp.logaddexp2, (0.3, 0.3)),
+    (jnp.logaddexp, (np.float32(2.0), np.float32(2.0))),
+    (jnp.power, (2.0, 0.0)),  # d/dp of p x**(p - 1) at p = 0 is 1/x
+]
+
+
+@pytest.mark.parametrize("f, args", SECOND_ORDER, ids=[f"{f.__name__}{args}" for f, args in SECOND_ORDER])
+def test_second_derivatives_at_ordinary_points_are_jaxs(f, args):
+    argnums = tuple(range(len(args)))
+    rtol = 1e-6 if np.result_type(*args) == np.float32 else 1e-12
+    for second in (jax.hessian, lambda g, argnums: jax.jacrev(jax.jacrev(g, argnums), argnums)):
+        ours, plain = second(rules.primitive(f), argnums)(*args), second(f, argnums)(*args)
+        np.testing.assert_allclose(np.array(ours, np.float64), np.array(plain, np.float64), rtol=rtol, atol=1e-12)

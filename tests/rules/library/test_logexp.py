@@ -203,3 +203,26 @@ def test_weighted_logsumexp_passes_the_testers():
     test_rrule(logexp.weighted_logsumexp, a, np.array([[0.0, 1.0, 2.0]]), None, True)  # b broadcasts
     _, back = rules.rrule(logexp.weighted_logsumexp, a, np.ones(3))
     assert back(rules.ZeroTangent())[1:3] == (rules.ZeroTangent(), rules.ZeroTangent())
+
+
+# ----- second derivatives: the strong zeros hold only where a partial is not finite ---------------
+E = float(np.e)
+SECOND_ORDER = [  # (ours, JAX's reference, a loss of them, the point): each where JAX is right
+    (xlogy, jsp.xlogy, lambda f, x, y: 0.5 * (f(x, y) - 1.0) ** 2, (1.0, E)),  # a zero residual: y_bar = 0
+    (xlog1py, jsp.xlog1py, lambda f, x, y: 0.5 * (f(x, y) - 1.0) ** 2, (1.0, E - 1)),
+    (xexpy, lambda x, y: x * jnp.exp(y), lambda f, x, y: 0.5 * (f(x, y) - 1.0) ** 2, (1.0, 0.0)),
+    (xlogx, lambda x: x * jnp.log(x), lambda f, x: f(x) ** 2, (1.0,)),
+    (xlogy, jsp.xlogy, lambda f, x, y: f(x, y), (0.0, 2.0)),  # d/dx of the partial x / y is 1/y at x = 0
+    (xlog1py, jsp.xlog1py, lambda f, x, y: f(x, y), (0.0, 2.0)),
+]
+
+
+@pytest.mark.parametrize("ours, reference, loss, point", SECOND_ORDER,
+                         ids=["xlogy-residual", "xlog1py-residual", "xexpy-residual", "xlogx-squared", "xlogy-x0",
+                              "xlog1py-x0"])
+def test_second_derivatives_where_a_cotangent_or_x_is_zero_are_jaxs(ours, reference, loss, point):
+    argnums = tuple(range(len(point)))
+    for second in (jax.hessian, lambda g, argnums: jax.jacrev(jax.jacrev(g, argnums), argnums)):
+        got = second(lambda *a: loss(ours, *a), argnums)(*point)
+        expected = second(lambda *a: loss(reference, *a), argnums)(*point)
+        np.testing.assert_allclose(np.array(got), np.array(expected), rtol=1e-12, atol=1e-15)

@@ -227,3 +227,9 @@ def test_complex_arguments_are_refused():
         special.kv(1.5, 2.0 + 1.0j)
     with pytest.raises(TypeError, match="complex arguments are not supported"):
         jax.jit(special.erfcx)(jnp.array([1.0 + 1.0j]))
+
+
+def test_gammaincc_second_derivative_in_x_at_zero_is_that_of_exp():
+    """Q(1, x) = e^-x: its slope's xlogy(0, x) at x = 0 is the library's (JAX's d/dx is 0/0)."""
+    assert float(jax.grad(special.gammaincc, 1)(1.0, 0.0)) == -1.0
+    np.testing.assert_allclose(float(jax.hessian(special.gammaincc, 1)(1.0, 0.0)), 1.0, rtol=1e-12)
