@@ -9,9 +9,10 @@ The rule, for every leaf of every positional argument (arguments are JAX pytrees
   fails because an int was needed concretely (a `TypeError`, which covers JAX's
   concretization and integer-conversion errors, an `IndexError`: an index, a shape, a
   `range`, or a `ValueError`: `jnp.take`'s index), the function is traced once more with
-  *all* Python ints left as they are, and their gradients are `None`. The function therefore runs twice in that case. (Eagerly,
-  a promoted int is concrete, so a Python `if n > 2` on it works and its gradient is 0;
-  under `jax.jit` the same branch needs the retry, and the gradient is `None`);
+  *all* Python ints left as they are, and their gradients are `None`. The function
+  therefore runs twice in that case. (Eagerly, a promoted int is concrete, so a Python
+  `if n > 2` on it works and its gradient is 0; under `jax.jit` the same branch needs the
+  retry, and the gradient is `None`);
 * everything else (bools, int/bool arrays, strings, None, callables, other objects) is
   passed as it is and gets `None`.
 

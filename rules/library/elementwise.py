@@ -88,10 +88,12 @@ def _logaddexp_weights(a, b, log_base):
     weigh 1/2 each, +inf included; two -inf (an empty sum) weigh 0, as the library's
     `logsumexp` of a fully masked row does.
     """
-    tie, empty = (a == b) & jnp.isinf(a), (a == -jnp.inf) & (b == -jnp.inf)  # a finite tie: sigmoid(0)
-    d = jnp.where(tie, 0.0, a - b) * log_base  # so that its derivative (1/4 at a tie) is kept
-    w = jnp.where(tie, 0.5, jax.nn.sigmoid(d))
-    w_b = jnp.where(tie, 0.5, jax.nn.sigmoid(-d))
+    # only an infinite tie needs its weights set (a - b is NaN there); a finite one gets
+    # sigmoid(0) = 1/2 from a - b, so that the weights' derivative (1/4) is kept
+    inf_tie, empty = (a == b) & jnp.isinf(a), (a == -jnp.inf) & (b == -jnp.inf)
+    d = jnp.where(inf_tie, 0.0, a - b) * log_base
+    w = jnp.where(inf_tie, 0.5, jax.nn.sigmoid(d))
+    w_b = jnp.where(inf_tie, 0.5, jax.nn.sigmoid(-d))
     return jnp.where(empty, 0.0, w), jnp.where(empty, 0.0, w_b)
 
 
