@@ -338,6 +338,25 @@ def _unitary(q: jax.Array) -> jax.Array:
     return jax.lax.fori_loop(0, n, column, jnp.zeros_like(q))
 
 
+def _pair_exclusive_prod(s: jax.Array) -> jax.Array:
+    """q_ij = prod_{k != i, j} s_k for i != j, q_ii = 0, along the last axis, without dividing."""
+    eye = jnp.eye(s.shape[-1], dtype=bool)
+    return jnp.where(eye, 0, _exclusive_prod(jnp.where(eye, 1, s[..., None, :])))
+
+
+def _svd_frame(A: jax.Array) -> tuple:
+    """(U, s, V, det(U V^H)) for A = U diag(s) V^H, U and V completed to unitary matrices."""
+    u, s, vh = jnp.linalg.svd(A)
+    u, v = _unitary(u), _unitary(_H(vh))
+    return u, s, v, jnp.linalg.det(u) * jnp.conj(jnp.linalg.det(v))  # unitary factors: |det| = 1
+
+
+def _adjugate_in(frame: tuple) -> jax.Array:
+    u, s, v, phase = frame
+    return phase[..., None, None] * _sandwich(v, _diag(_exclusive_prod(s).astype(u.dtype)), u)
+
+
+@jax.custom_jvp
 def _adjugate(A: jax.Array) -> jax.Array:
     """adj(A) = det(A) A^{-1} = det(U V^H) V diag(prod_{j != i} s_j) U^H, from A = U S V^H.
 
@@ -346,11 +365,43 @@ def _adjugate(A: jax.Array) -> jax.Array:
     rank n-1 the adjugate is made of exactly those vectors, so U and V are completed to
     unitary matrices first (`_unitary`); any completion gives the same adjugate.
     """
-    u, s, vh = jnp.linalg.svd(A)
-    u, v = _unitary(u), _unitary(_H(vh))
-    phase = jnp.linalg.det(u) * jnp.conj(jnp.linalg.det(v))  # unitary factors: |det| = 1
-    p = _exclusive_prod(s).astype(A.dtype)
-    return phase[..., None, None] * (v * p[..., None, :]) @ _H(u)
+    return _adjugate_in(_svd_frame(A))
+
+
+@_adjugate.defjvp
+def _adjugate_jvp(primals, tangents):
+    frame = _held_svd_frame(primals[0])
+    return _adjugate_in(frame), _adjugate_dot(frame, *tangents)
+
+
+def _adjugate_dot(frame: tuple, A_dot: jax.Array) -> jax.Array:
+    """The derivative of adj along A_dot at A = U diag(s) V^H, exact everywhere, without dividing.
+
+    adj is a polynomial, and A + t A_dot = U (S + t C) V^H with C = U^H A_dot V, so
+    adj(A + t A_dot) = det(U V^H) V adj(S + t C) U^H exactly, U and V held. d adj(S)[C] of the
+    diagonal S has C_kk prod_{j != i, k} s_j summed over k != i on the diagonal and
+    -C_ij prod_{k != i, j} s_k off it. So `det`'s second derivatives are exact where the SVD's
+    own derivative divides by 0 or drops the term (repeated or zero singular values).
+    """
+    u, s, v, phase = frame
+    q, C = _pair_exclusive_prod(s).astype(u.dtype), _H(u) @ A_dot @ v
+    return phase[..., None, None] * _sandwich(v, _diag(jnp.einsum("...ik,...kk->...i", q, C)) - q * C, u)
+
+
+@jax.custom_jvp
+def _held_svd_frame(A: jax.Array) -> tuple:
+    """`_svd_frame`, not to be differentiated: the frame of adj's derivative (a third one raises)."""
+    return _svd_frame(A)
+
+
+@_held_svd_frame.defjvp
+def _held_svd_frame_jvp(primals, tangents):
+    raise NotImplementedError(
+        "`det` (rules.library.linalg): derivatives of order three and higher are not implemented "
+        "(its second derivative is exact everywhere; differentiating the SVD it is built from "
+        "once more is not: NaN or wrong at repeated singular values). For a third derivative at "
+        "nonsingular matrices, differentiate `jnp.linalg.det` or `exp(logdet(A))` instead."
+    )
 
 
 @primitive(examples=[(_M3.astype(np.float32),), (_M3Z,)])
@@ -362,7 +413,10 @@ def det(A: jax.Array) -> jax.Array:
     exact at singular matrices (rank n-1: a rank-one adjugate; lower rank: 0) on every
     backend: nothing depends on exact zeros (pivots, singular values) or on the singular
     vectors the backend returns for zero singular values. JAX's own det rule also handles
-    rank n-1 (by a cofactor solve); this one agrees with it there.
+    rank n-1 (by a cofactor solve); this one agrees with it there. Second derivatives are
+    exact too (the adjugate's derivative in the SVD's frame, without dividing), also at
+    repeated singular values: at the identity, at rank n-1 and below, where JAX's are NaN or
+    wrong; derivatives of order three raise NotImplementedError.
 
     Args:
       A: an array (..., n, n), real or complex.

@@ -1,5 +1,7 @@
 """rules.library.linalg: every rule verified by the testers, and what it does better than JAX."""
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -303,6 +305,42 @@ def test_det_differentiates_a_batch_sharded_over_a_named_mesh(axis_type):
 def test_det_gradient_is_the_adjugate_near_singular_matrices(A):
     (got,) = jax.vjp(la.det, A)[1](jnp.ones((), A.dtype))  # JAX's convention: adj(A)^T, unconjugated
     np.testing.assert_allclose(got, _cofactor_adjugate(A).T, rtol=1e-7, atol=1e-12)
+
+
+def _leibniz_det(A):
+    """det(A) as the polynomial sum over permutations, in plain JAX: exact derivatives of all orders."""
+    n = A.shape[-1]
+    terms = [np.linalg.det(np.eye(n)[list(p)]) * jnp.prod(jnp.stack([A[..., i, p[i]] for i in range(n)]), axis=0)
+             for p in itertools.permutations(range(n))]
+    return sum(terms)
+
+
+@pytest.mark.parametrize("A", [
+    np.eye(3), np.zeros((3, 3)), np.diag([1.0, 2.0, 2.0]),  # repeated singular values: JAX's SVD drops terms
+    np.diag([1.0, 1.0, 0.0]),  # rank n-1 at a repeated singular value: JAX's own det Hessian is NaN
+    np.outer([1.0, 2.0, 3.0], [1.0, 0.0, 1.0]),  # rank 1: JAX's own det Hessian is off by 6
+    np.random.default_rng(4).normal(size=(3, 3)),
+])
+def test_det_second_derivatives_are_exact_at_repeated_and_zero_singular_values(A):
+    expected = jax.hessian(_leibniz_det)(A)
+    for second in (jax.hessian, lambda f: jax.jacrev(jax.grad(f)), lambda f: jax.jacfwd(jax.jacfwd(f))):
+        np.testing.assert_allclose(second(la.det)(A), expected, atol=1e-12)
+    np.testing.assert_allclose(jax.jit(jax.vmap(jax.hessian(la.det)))(A[None])[0], expected, atol=1e-12)
+
+
+def test_det_second_derivatives_of_complex_matrices():
+    rng = np.random.default_rng(5)
+    A_dot, B_dot = rng.normal(size=(2, 3, 3)) + 1j * rng.normal(size=(2, 3, 3))
+    for A in (np.eye(3) + 0j, la._M3Z):
+        second = lambda f: jax.jvp(lambda B: jax.jvp(f, (B,), (A_dot,))[1], (A,), (B_dot,))[1]  # noqa: E731
+        np.testing.assert_allclose(second(la.det), second(_leibniz_det), rtol=1e-12, atol=1e-12)
+
+
+def test_det_third_derivatives_raise_rather_than_differentiate_the_svd():
+    A = np.outer([1.0, 2.0, 3.0], [1.0, 0.0, 1.0])  # through the SVD: a third derivative off by 1.5
+    for third in (jax.jacfwd(jax.jacfwd(jax.jacfwd(la.det))), jax.jacrev(jax.jacrev(jax.grad(la.det)))):
+        with pytest.raises(NotImplementedError, match=r"`det`.*order three and higher.*jnp.linalg.det"):
+            third(A)
 
 
 def test_slogdet_factorises_once_where_jax_factorises_twice(count_equations):
