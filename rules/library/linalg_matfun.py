@@ -6,6 +6,9 @@ of f on the eigenvalues (f' on near-equal pairs): finite at repeated eigenvalues
 differentiating through eigh is NaN. L is self-adjoint, so one map serves as the frule's
 pushforward (X = A_dot) and the rrule's pullback (X = Y_bar). Each function reads only the
 Hermitian part of A (its cotangent is Hermitian, its tangent depends only on herm(A_dot)).
+Second derivatives are the second-order formula, with the divided differences
+f[w_i, w_k, w_j] (f''/2 on ties): finite and exact at repeated eigenvalues too (the Hessian
+of expm_sym at 0); a third derivative raises NotImplementedError rather than go through eigh.
 Complex arguments use ChainRules' convention (x_bar = dl/dRe x + i dl/dIm x). The names are
 also importable from `rules.library.linalg_spectral`, where they used to live.
 `svd_matrix_function` is the singular values' counterpart, U diag(f(s)) V^T of a real
@@ -15,6 +18,7 @@ singular values, where the loss through `svd` is not.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable
 
 import jax
@@ -50,6 +54,39 @@ def _divided_differences(w: jax.Array, fw: jax.Array, dfw: jax.Array) -> jax.Arr
     return jnp.where(near, mean, slope)
 
 
+def _second_divided_differences(w: jax.Array, K: jax.Array, d2fw: jax.Array, k: Any) -> jax.Array:
+    """T_ij = f[w_i, w_k, w_j] for one k, from the first divided differences K.
+
+    The divided difference is symmetric, so it is the difference of two K's over the widest
+    of the three gaps; the mean of f''/2 at the three points where that loses more than
+    eps^(1/4) of it to cancellation (the mean is off by O(gap^2) only) or where the points are
+    within n eps max|w| (eigh cannot tell them apart). Exact at ties, ~eps^(1/2) near them.
+    """
+    eps = np.finfo(w.dtype).eps
+    wi, wj = w[..., :, None], w[..., None, :]
+    wk = jax.lax.dynamic_index_in_dim(w, k, axis=-1)[..., None]
+    K_ik = jax.lax.dynamic_index_in_dim(K, k, axis=-1)
+    K_kj = jax.lax.dynamic_index_in_dim(K, k, axis=-2)
+    num, gap = K_ik - K_kj, wi - wj  # f[i,k,j] = (f[i,k] - f[k,j]) / (w_i - w_j)
+    for num2, gap2 in ((K_ik - K, wk - wj), (K - K_kj, wi - wk)):  # f[k,i,j], f[i,j,k]
+        wider = jnp.abs(gap2) > jnp.abs(gap)
+        num, gap = jnp.where(wider, num2, num), jnp.where(wider, gap2, gap)
+    slope = num / jnp.where(gap == 0, 1, gap)
+    mean = (d2fw[..., :, None] + jax.lax.dynamic_index_in_dim(d2fw, k, axis=-1)[..., None] + d2fw[..., None, :]) / 6
+    lost = eps ** (1 / 4) * (jnp.abs(K_ik) + jnp.abs(K_kj) + jnp.abs(K))
+    noise = w.shape[-1] * eps * jnp.max(jnp.abs(w), axis=-1, keepdims=True)[..., None]
+    near = (jnp.abs(gap) <= noise) | (lost > jnp.abs(gap) * jnp.maximum(jnp.abs(mean), jnp.abs(slope)))
+    return jnp.where(near, mean, slope)
+
+
+def _derivatives(f: Callable, df: Callable | None) -> tuple[Callable, Callable]:
+    """f' (df, else jax.jvp of f) and f'' (jax.jvp of f'), elementwise."""
+    def d1(w):
+        return jax.jvp(f, (w,), (jnp.ones_like(w),))[1] if df is None else df(w)
+
+    return d1, lambda w: jax.jvp(d1, (w,), (jnp.ones_like(w),))[1]
+
+
 def _apply(A: jax.Array, f: Callable) -> jax.Array:
     w, v = jnp.linalg.eigh(_herm(A), symmetrize_input=False)
     return _sandwich(v, _diag(f(w)))
@@ -58,16 +95,69 @@ def _apply(A: jax.Array, f: Callable) -> jax.Array:
 def _eigen_function(A: jax.Array, f: Callable, df: Callable | None):
     """(f(A), L) for Hermitian A = V diag(w) V^H: f(A) = V diag(f(w)) V^H and its derivative
     L(X) = V (K o (V^H herm(X) V)) V^H, self-adjoint: the pushforward and the pullback."""
+    y, frame = _spectral(f, df, A)
+    return y, lambda X: _daleckii_krein(f, df, frame, A, unthunk(X))
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _spectral(f: Callable, df: Callable | None, A: jax.Array) -> tuple[jax.Array, tuple]:
+    """(f(A), (V, K)): the value, and the frame of L; differentiated by L, not through eigh,
+    so that f(A) inside a rule's pullback (sqrtm(A) @ sqrtm(A)) has finite second derivatives."""
     w, v = jnp.linalg.eigh(_herm(A), symmetrize_input=False)
     fw = f(w)
-    dfw = jax.jvp(f, (w,), (jnp.ones_like(w),))[1] if df is None else df(w)
-    y = _sandwich(v, _diag(fw))
+    return _sandwich(v, _diag(fw)), (v, _divided_differences(w, fw, _derivatives(f, df)[0](w)))
 
-    def daleckii_krein(X):
-        K = _divided_differences(w, fw, dfw)
-        return _sandwich(v, K * (_H(v) @ _herm(unthunk(X)) @ v))
 
-    return y, daleckii_krein
+@_spectral.defjvp
+def _spectral_jvp(f, df, primals, tangents):
+    (A,), (A_dot,) = primals, tangents
+    y, frame = _spectral(f, df, A)  # the frame only feeds L, whose rule differentiates in A
+    return (y, frame), (_daleckii_krein(f, df, frame, A, A_dot), jax.tree_util.tree_map(jnp.zeros_like, frame))
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _daleckii_krein(f: Callable, df: Callable | None, frame: tuple, A: jax.Array, X: jax.Array) -> jax.Array:
+    """L(A)[X] = V (K o (V^H herm(X) V)) V^H, frame = (V, K) of A. Differentiated in A (and X)
+    by the rule below, not through eigh: the second derivatives of f(A) are finite at
+    repeated eigenvalues too."""
+    v, K = frame
+    return _sandwich(v, K * (_H(v) @ _herm(X) @ v))
+
+
+@_daleckii_krein.defjvp
+def _daleckii_krein_jvp(f, df, primals, tangents):
+    """dL = V (K o R_dot + S) V^H with S_ij = sum_k f[w_i, w_k, w_j] (P_ik R_kj + R_ik P_kj),
+    P, R, R_dot = A_dot, X, X_dot in the eigenbasis (the second-order Daleckii-Krein formula)."""
+    (_, A, X), (_, A_dot, X_dot) = primals, tangents
+    w, v = _held_eigh(A)
+    d1, d2 = _derivatives(f, df)
+    K, d2fw = _divided_differences(w, f(w), d1(w)), d2(w)
+    P, R, R_dot = (_H(v) @ _herm(M) @ v for M in (A_dot, X, X_dot))
+
+    def add(k, S):  # one k at a time: n^2 memory, not the n^3 of all f[w_i, w_k, w_j]
+        P_k, R_k = (jax.lax.dynamic_index_in_dim(M, k, axis=-1) for M in (P, R))  # columns k
+        Pk_, Rk_ = (jax.lax.dynamic_index_in_dim(M, k, axis=-2) for M in (P, R))  # rows k
+        return S + _second_divided_differences(w, K, d2fw, k) * (P_k * Rk_ + R_k * Pk_)
+
+    S = jax.lax.fori_loop(0, w.shape[-1], add, jnp.zeros(jnp.broadcast_shapes(P.shape, R.shape), R.dtype))
+    return _sandwich(v, K * R), _sandwich(v, K * R_dot + S)
+
+
+@jax.custom_jvp
+def _held_eigh(A: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """eigh of herm(A), for the derivative of L: not to be differentiated (a third derivative)."""
+    return jnp.linalg.eigh(_herm(A), symmetrize_input=False)
+
+
+@_held_eigh.defjvp
+def _held_eigh_jvp(primals, tangents):
+    raise NotImplementedError(
+        "Matrix functions of rules.library.linalg_matfun (sym_matrix_function, expm_sym, "
+        "logm_spd, sqrtm_psd): derivatives of order three and higher are not implemented (the "
+        "second derivative is the second-order Daleckii-Krein formula; one more would "
+        "differentiate eigh, NaN at repeated eigenvalues). For them, differentiate a plain-JAX "
+        "implementation (e.g. jax.scipy.linalg.expm) instead."
+    )
 
 
 def _spectral_rules(prim: Any, f: Callable, df: Callable) -> None:
@@ -107,7 +197,8 @@ def sym_matrix_function(A: jax.Array, f: Callable, df: Callable | None = None) -
     divided differences of f on the eigenvalues and f'(w) on (near-)equal pairs
     (tolerance in `_divided_differences`).
     Differentiating through eigh instead is NaN at repeated eigenvalues (e.g. at the
-    identity), and loses digits near them.
+    identity), and loses digits near them. Second derivatives (`jax.hessian`) are exact
+    there too, by second divided differences (f'' by `jax.jvp` of df); a third raises.
 
     Args:
       A: an array (..., n, n); only its Hermitian part is used.

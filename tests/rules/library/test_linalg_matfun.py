@@ -67,6 +67,58 @@ def test_sqrtm_and_logm_invert_their_inverses_through_the_rules_at_a_repeated_ei
         np.testing.assert_allclose(g, (G + G.T) / 2, rtol=1e-9, atol=1e-12)
 
 
+def _cubic(w):
+    return w**3 - 2 * w
+
+
+def _cubic_by_products(A):  # the same matrix function in plain JAX: exact derivatives of all orders
+    H = (A + jnp.conj(A.swapaxes(-1, -2))) / 2
+    return H @ H @ H - 2 * H
+
+
+_SECOND = {"fwd-rev": jax.hessian, "rev-rev": lambda f: jax.jacrev(jax.grad(f)),
+           "fwd-fwd": lambda f: jax.jacfwd(jax.jacfwd(f)), "jit-vmap": lambda f: lambda A: jax.jit(jax.vmap(jax.hessian(f)))(A[None])[0]}
+_NEAR = jnp.eye(3) + 1e-6 * (G + G.T)  # eigenvalues 1e-6 apart
+
+
+@pytest.mark.parametrize("second", list(_SECOND.values()), ids=list(_SECOND))
+@pytest.mark.parametrize("A", [jnp.eye(3), jnp.zeros((3, 3)), REPEATED, _NEAR, jnp.asarray(mf._S3)], ids=["I", "0", "repeated", "near", "distinct"])
+def test_matrix_functions_second_derivatives_are_exact_at_repeated_eigenvalues(A, second):
+    # through eigh they were NaN at every repeated eigenvalue (jax.hessian of expm_sym at 0 too)
+    expected = second(lambda A: jnp.sum(G * jsl.expm((A + A.T) / 2)))(A)
+    np.testing.assert_allclose(second(lambda A: jnp.sum(G * mf.expm_sym(A)))(A), expected, rtol=1e-9, atol=1e-10)
+    expected = second(lambda A: jnp.sum(G * _cubic_by_products(A)))(A)
+    np.testing.assert_allclose(second(lambda A: jnp.sum(G * mf.sym_matrix_function(A, _cubic)))(A), expected, rtol=1e-9, atol=1e-10)
+
+
+def test_matrix_functions_second_derivatives_compose_to_those_of_the_identity_map():
+    # expm(logm(A)) = sqrtm(A)^2 = A: their second derivatives are 0, also at a repeated eigenvalue
+    for compose in (lambda A: mf.sqrtm_psd(A) @ mf.sqrtm_psd(A), lambda A: mf.expm_sym(mf.logm_spd(A))):
+        for A in (jnp.eye(3), REPEATED):
+            np.testing.assert_allclose(jax.hessian(lambda A: jnp.sum(G * compose(A)))(A), 0, atol=1e-9)
+
+
+def test_matrix_functions_second_derivatives_of_complex_hermitian_and_float32_matrices():
+    rng = np.random.default_rng(6)
+    A_dot, B_dot = rng.normal(size=(2, 3, 3)) + 1j * rng.normal(size=(2, 3, 3))
+    A = _Q @ jnp.diag(jnp.array([1.0, 1.0, 2.0])) @ _Q.T + 0j  # repeated eigenvalue, complex dtype
+    A = A + 1e-1j * (jnp.eye(3, k=1) - jnp.eye(3, k=-1))
+    for f, plain in ((lambda A: mf.sym_matrix_function(A, _cubic)), _cubic_by_products), \
+                    ((lambda A: mf.expm_sym(A)), lambda A: jsl.expm((A + jnp.conj(A.T)) / 2)):
+        second = lambda f: jax.jvp(lambda B: jax.jvp(f, (B,), (A_dot,))[1], (A,), (B_dot,))[1]  # noqa: E731
+        np.testing.assert_allclose(second(f), second(plain), rtol=1e-9, atol=1e-12)
+    I32 = jnp.eye(3, dtype=jnp.float32)
+    np.testing.assert_allclose(jax.hessian(lambda A: jnp.sum(G * mf.expm_sym(A)))(I32),
+                               jax.hessian(lambda A: jnp.sum(G * jsl.expm((A + A.T) / 2)))(I32), rtol=1e-5, atol=1e-5)
+
+
+def test_matrix_functions_third_derivatives_raise_rather_than_differentiate_eigh():
+    for third in (jax.jacfwd(jax.hessian(lambda A: jnp.sum(G * mf.expm_sym(A)))),
+                  jax.jacrev(jax.jacrev(jax.grad(lambda A: jnp.sum(G * mf.logm_spd(A)))))):
+        with pytest.raises(NotImplementedError, match="order three and higher.*jax.scipy.linalg.expm"):
+            third(REPEATED)
+
+
 # ----- documented behaviour -------------------------------------------------------------------
 def test_sym_matrix_function_takes_the_limit_that_masked_eigh_drops():
     # sum(V f(W) V^T) at I: the exact gradient is f'(1) * ones; through eigh the eigenvector
