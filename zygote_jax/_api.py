@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from rules._boundary import conj
 
-from ._args import ArgSpec, to_zygote, with_int_retry
+from ._args import ArgSpec, promoted_pass, to_zygote
 from ._control import deriving
 from ._errors import GradientError, describe, message, name_of
 from ._params import Grads, Params
@@ -122,14 +122,19 @@ def pullback(f: Callable, *args: Any) -> tuple[Any, Callable[[Any], Any]]:
             )
         )
 
-    def trace(spec: ArgSpec):
-        y, vjp_fn = _vjp(spec.bind(f), spec.diff_values)
-        return y, vjp_fn, spec
-
-    y, vjp_fn, spec = with_int_retry(args, trace)
+    spec = ArgSpec(args)
+    y, vjp_fn = _vjp(spec.bind(f, spec.diff_index), spec.values(spec.diff_index))  # f's own value
+    # the ints' own gradients: f once more, on the ints promoted to floats (see `_args`)
+    ints = promoted_pass(spec, lambda index: _vjp(spec.bind(f, index), spec.values(index)))
+    if ints is not None and not _same_shapes(ints[0], y):
+        ints = None  # promoting changed what f returns: the ints are not differentiated
 
     def back(y_bar: Any) -> tuple:
-        return spec.grads(vjp_fn(_seed(y, y_bar, f)))
+        found = dict(zip(spec.diff_index, vjp_fn(_seed(y, y_bar, f))))
+        if ints is not None:
+            y_promoted, vjp_ints = ints
+            found.update(zip(spec.int_index, vjp_ints(_seed(y_promoted, y_bar, f))))
+        return spec.grads(found)
 
     back.__name__ = back.__qualname__ = f"{name_of(f)}_pullback"
     return y, back
@@ -163,6 +168,13 @@ def _vjp(fn: Callable, primals: list, unused: list | None = None) -> tuple[Any, 
         return vjp_fn([s for s, m in zip(tree.flatten_up_to(seed), mask) if m])
 
     return y, vjp_of_seed
+
+
+def _same_shapes(a: Any, b: Any) -> bool:
+    """Whether two outputs have the same structure and leaf shapes."""
+    a_leaves, a_tree = jax.tree_util.tree_flatten(a)
+    b_leaves, b_tree = jax.tree_util.tree_flatten(b)
+    return a_tree == b_tree and all(np.shape(u) == np.shape(v) for u, v in zip(a_leaves, b_leaves))
 
 
 def _unread_inputs(jaxpr: Any) -> list[int]:
@@ -247,7 +259,10 @@ def gradient(f: Callable, *args: Any) -> Any:
     differentiated; Python ints used arithmetically are differentiated as reals; ints used
     as indices or shapes, bools, strings, None, callables and int arrays get `None`. Unused
     float arguments get zeros. Complex arguments get ChainRules' convention
-    (dl/dRe z + i dl/dIm z, the conjugate of `jax.grad`'s).
+    (dl/dRe z + i dl/dIm z, the conjugate of `jax.grad`'s). `f` runs on the arguments as
+    given, so the other gradients are those of `f` with its ints (`x ** n` stays an integer
+    power); where an argument holds an int, `f` runs once more, on the ints as floats, for
+    their own gradients.
 
     Args:
       f: a function returning a real scalar.
@@ -372,11 +387,9 @@ def withjacobian(f: Callable, *args: Any) -> WithGradient:
         )
     n = int(np.size(y))
     dtype = jnp.result_type(y)
-    if jnp.issubdtype(dtype, jnp.inexact):
-        seeds = jnp.eye(n, dtype=dtype).reshape((n, *np.shape(y)))
-        rows = jax.vmap(back)(seeds)
-    else:  # an integer output has zero derivative
-        rows = jax.tree_util.tree_map(lambda g: jnp.broadcast_to(g, (n, *g.shape)), back(None))
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        dtype = jnp.result_type(float)  # an int output: a derivative only through an int argument
+    rows = jax.vmap(back)(jnp.eye(n, dtype=dtype).reshape((n, *np.shape(y))))
 
     def layout(g: Any) -> Any:
         return g.reshape(n) if g.ndim == 1 else g.reshape(n, -1)

@@ -22,7 +22,7 @@ import rules
 from rules._dual import forward_mode_required
 
 from ._api import _check_scalar
-from ._args import ArgSpec, with_int_retry
+from ._args import ArgSpec, promoted_pass
 from ._control import deriving
 from ._errors import GradientError, describe, message, name_of
 
@@ -152,10 +152,12 @@ def diaghessian(f: Callable, *args: Any) -> tuple:
     See also: `hessian`, `gradient`.
     """
 
-    def run(spec: ArgSpec) -> tuple:
-        fn = _checked_scalar(spec.bind(f), f, "diaghessian")
-        values = spec.diff_values
-        diagonals = []
+    spec = ArgSpec(args)
+
+    def diagonals(index: list[int]) -> dict[int, Any]:
+        fn = _checked_scalar(spec.bind(f, index), f, "diaghessian")
+        values = spec.values(index)
+        found = {}
         for j, v in enumerate(values):
             if jnp.iscomplexobj(v):
                 raise GradientError(
@@ -171,10 +173,12 @@ def diaghessian(f: Callable, *args: Any) -> tuple:
                 return fn(*values[:j], u, *values[j + 1 :])
 
             h = _as_matrix(_second_derivative(fn_of_j, v, forward=True), v)
-            diagonals.append(jnp.reshape(jnp.diagonal(h) if h.ndim == 2 else h, np.shape(v)))
-        return spec.grads(diagonals)
+            found[index[j]] = jnp.reshape(jnp.diagonal(h) if h.ndim == 2 else h, np.shape(v))
+        return found
 
-    return with_int_retry(args, run)
+    found = diagonals(spec.diff_index)  # the ints as they are (see `_args`)
+    found.update(promoted_pass(spec, diagonals) or {})
+    return spec.grads(found)
 
 
 def forward_jacobian(f: Callable, x: Any) -> tuple[Any, Any]:

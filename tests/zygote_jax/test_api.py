@@ -110,6 +110,53 @@ def test_gradient_int_in_a_condition():
     assert g[0] == 3.0 and g[1] is None
 
 
+@pytest.mark.parametrize("x, n", [(0.0, 0), (0.0, 1), (-2.0, 3), (1.5, -2)], ids=["0^0", "0^1", "neg", "neg-power"])
+def test_gradient_int_exponent_stays_integer_pow(maybe_jit, x, n):
+    # f sees the int as it is: x**n is JAX's integer_pow. Promoted, n made it pow, whose
+    # derivative at x = 0, n = 0 is n * 0**(n - 1) = 0 * inf = NaN.
+    g = maybe_jit(lambda x: gradient(lambda x, n: x**n, x, n))(x)
+    assert g[0] == jax.grad(lambda x: x**n)(x)
+
+
+def test_gradient_int_exponent_is_differentiated_as_a_real():
+    gx, gn = gradient(lambda x, n: x**n, 2.0, 3)
+    assert gx == 12.0
+    close(gn, 8 * np.log(2.0))
+    assert gradient(lambda x, n: x**n, 0.0, 0)[1] == 0.0
+
+
+def test_value_is_fs_own_with_int_arguments(maybe_jit):
+    # f runs on the ints as they are: an int output stays an int, exact beyond 2**53.
+    val, grad = maybe_jit(lambda x: withgradient(lambda x, n: (x * n, n + 1), x, 2**53))(1.0)
+    assert int(val[1]) == 2**53 + 1 and jnp.issubdtype(val[1].dtype, jnp.integer)
+    assert grad == (2.0**53, 1.0)
+    y, back = pullback(lambda n: n * 2, 3)
+    assert y == 6 and jnp.issubdtype(jnp.result_type(y), jnp.integer)
+    assert back(1) == (2.0,)
+    val, (J,) = withjacobian(lambda n: jnp.arange(3) * n, 2)
+    assert jnp.issubdtype(val.dtype, jnp.integer)
+    close(val, [0, 2, 4])
+    close(J, [0.0, 1.0, 2.0])
+
+
+def test_gradient_int_as_a_repeat_count_gets_none(maybe_jit):
+    # The promoted 3.0 == 3 reaches JAX's caches keyed by the broadcast's static shape. Run
+    # first, it left an entry that failed the run with the int, and every later
+    # `jnp.repeat(x, 3)` of the user's; it runs after f's own run now, and fails alone.
+    x = jnp.arange(7.0)
+    g = maybe_jit(lambda x: gradient(lambda x, n: jnp.sum(jnp.repeat(x, n)), x, 3))(x)
+    close(g[0], np.full(7, 3.0))
+    assert g[1] is None
+    assert jnp.repeat(x, 3).shape == (21,)
+
+
+def test_gradient_int_whose_promotion_changes_the_output_gets_none():
+    def f(x, n):
+        return x * n if isinstance(n, int) else jnp.full(2, x * n)
+
+    assert gradient(f, 2.0, 3) == (3.0, None)
+
+
 def test_gradient_complex_convention():
     assert gradient(lambda z: jnp.abs(z) ** 2, 1 + 2j) == (2 + 4j,)
     assert complex(jax.grad(lambda z: jnp.abs(z) ** 2)(1 + 2j)) == 2 - 4j  # JAX's own

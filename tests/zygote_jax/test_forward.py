@@ -132,6 +132,17 @@ def test_diaghessian_int_index_gets_none():
     assert h[1] is None
 
 
+def test_diaghessian_int_arguments():
+    # f sees the int as it is (x**0 is integer_pow; promoted, pow's derivatives are NaN at
+    # 0), and once more promoted, for the int's own second derivative.
+    h = diaghessian(lambda x, n: x**n, 0.0, 0)
+    assert h[0] == 0.0
+    assert diaghessian(lambda x, n: x**3 * n**2, 2.0, 3) == (108.0, 16.0)
+    h = diaghessian(lambda x, n: jnp.sum(jnp.repeat(x, n) ** 2), jnp.arange(5.0), 4)
+    close(h[0], np.full(5, 8.0))
+    assert h[1] is None
+
+
 # ----- forward_jacobian -------------------------------------------------------------------------
 def test_forward_jacobian_is_transposed(maybe_jit):
     def f(x):
