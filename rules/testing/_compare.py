@@ -283,14 +283,6 @@ def _leaf_error(a: Any, b: Any, rtol: float, atol: float, equal_nan: bool = Fals
     return diff / max(size, atol / max(rtol, 1e-300)), diff <= max(atol, rtol * size)
 
 
-def close(a: Any, b: Any, rtol: float, atol: float) -> bool:
-    """ChainRulesTestUtils' isapprox on one leaf: |a - b| <= max(atol, rtol max(|a|, |b|)).
-
-    Equal infinities (e.g. a log-sum-exp of a fully masked row) count as equal.
-    """
-    return _leaf_error(a, b, rtol, atol)[1]
-
-
 def compare_trees(got: Any, expected: Any, rtol: float, atol: float, equal_nan: bool = False,
                   entrywise: bool = False) -> tuple[float, list[str]]:
     """Max relative error over the float leaves, and the paths of the leaves that differ
