@@ -220,6 +220,12 @@ def default_tolerance(*trees: Any) -> tuple[float, float]:
     return (1e-4, 1e-6) if low else (1e-8, 1e-10)
 
 
+def tolerances(rtol: float | None, atol: float | None, *trees: Any) -> tuple[float, float]:
+    """The given tolerances, or for the one that is None `default_tolerance(*trees)`'s."""
+    d_rtol, d_atol = default_tolerance(*trees)
+    return (d_rtol if rtol is None else rtol), (d_atol if atol is None else atol)
+
+
 def host_dot(a: np.ndarray, b: np.ndarray) -> float:
     """The dot product of two real vectors by NumPy's own loop, not BLAS: OpenBLAS's threads
     contend for the cores with XLA's, which are still running a check's programs (a 10^6
@@ -370,9 +376,7 @@ def _approx_arrays(actual: Any, like: Any, msg: str, rtol: float | None, atol: f
     except Exception as err:  # structure mismatch: say so in the tester's words
         raise AssertionError(f"test_approx: {msg}\n  structures differ: {err}") from None
     like = mask_leaves(like, skip, like)
-    if rtol is None or atol is None:
-        d_rtol, d_atol = default_tolerance(like, actual)
-        rtol, atol = (d_rtol if rtol is None else rtol), (d_atol if atol is None else atol)
+    rtol, atol = tolerances(rtol, atol, like, actual)
     chex.assert_trees_all_equal_structs(jax.tree_util.tree_map(lambda _: 0, actual), jax.tree_util.tree_map(lambda _: 0, like))
     _, bad = compare_trees(actual, like, rtol, atol)
     if bad:

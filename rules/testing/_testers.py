@@ -36,7 +36,7 @@ from ._compiled import Program, _is_small
 from ._compiled import run as run_compiled
 from ._compare import (
     WithTangent, _perturbable, compare_trees, default_tolerance, dense_like, mask_leaves, not_implemented_mask,
-    rand_tangent, _norm, host_dot, leaf_at, random_values, test_approx, without_not_implemented
+    rand_tangent, _norm, host_dot, leaf_at, random_values, test_approx, tolerances, without_not_implemented
 )
 from ._finite_differences import (
     FDMethod, _fd_inner_jvps, _fd_jvp_by_coordinates, _fd_jvps, _shorter_spans, _sided, _vector, _x64, central_fdm,
@@ -612,7 +612,7 @@ class _Test:
         self.fdm, self.worst = fdm or _DEFAULT_FDM, 0.0
         self._prepare(given, f_dot, primals, tangents, fkwargs, **options)
         self.ev = self._evaluate()
-        self.rtol, self.atol = _tolerances(rtol, atol, primals, self.ev.y)
+        self.rtol, self.atol = tolerances(rtol, atol, primals, self.ev.y)
         jax_kind = "jax.vjp" if self.kind == "rrule" else "jax.jvp"
         self.checks: list[str] = [f"JAX's own derivative ({jax_kind}; f has no {self.kind})"] if self.via_jax else []
 
@@ -866,12 +866,6 @@ def _start(tester: str, table: Any, f: Any, args: tuple, seed: int, given: Any) 
               fix=f"register one with `@rules.{kind}.register({name})` (or `@{name}.{kind}`)")
     _via_jax.set(via_jax)
     return f, f_dot, primals, tangents, via_jax
-
-
-def _tolerances(rtol: float | None, atol: float | None, primals: Any, y: Any) -> tuple[float, float]:
-    """The given tolerances, or the defaults for the lowest precision of the primals and y."""
-    d_rtol, d_atol = default_tolerance(primals, y)
-    return (d_rtol if rtol is None else rtol), (d_atol if atol is None else atol)
 
 
 def _lowered(tester: str, name: str, check: Callable[[], list[str]]) -> list[str]:
@@ -1514,8 +1508,7 @@ def _check_partials(f, z, has_fr, has_rr, rtol, atol, fdm, fkwargs=None, rules_o
     raw = unwrap(f)
     y = raw(z, **fkwargs)
     complex_out = jnp.iscomplexobj(y)
-    d_rtol, d_atol = default_tolerance(z, y)
-    rtol, atol = (d_rtol if rtol is None else rtol), (d_atol if atol is None else atol)
+    rtol, atol = tolerances(rtol, atol, z, y)
     got: dict[tuple[str, str], float] = {}
     dtype = jnp.result_type(z)
     f_dot = _zero_like(f)  # the partials with respect to z only
