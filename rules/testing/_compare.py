@@ -212,11 +212,8 @@ def mask_leaves(tree: Any, mask: list[bool], like: Any) -> Any:
 
 def default_tolerance(*trees: Any) -> tuple[float, float]:
     """(rtol, atol) for the lowest precision among the trees' float leaves."""
-    low = False
-    for tree in trees:
-        for leaf in jax.tree_util.tree_leaves(tree):
-            if is_differentiable_leaf(leaf) and np.dtype(jnp.result_type(leaf)).itemsize <= (8 if jnp.iscomplexobj(leaf) else 4):
-                low = True
+    low = any(is_differentiable_leaf(leaf) and np.dtype(jnp.result_type(leaf)).itemsize <= (8 if jnp.iscomplexobj(leaf) else 4)
+              for tree in trees for leaf in jax.tree_util.tree_leaves(tree))
     return (1e-4, 1e-6) if low else (1e-8, 1e-10)
 
 

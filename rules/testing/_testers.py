@@ -293,11 +293,7 @@ def _real_inner(a: Any, b: Any) -> tuple[float, float]:
 
 def _tree_norm(tree: Any) -> float:
     """The 2-norm of the float leaves of a tree, taken together."""
-    total = 0.0
-    for leaf in jax.tree_util.tree_leaves(tree):
-        if is_differentiable_leaf(leaf):
-            total += _norm(leaf) ** 2
-    return math.sqrt(total)
+    return math.sqrt(sum(_norm(leaf) ** 2 for leaf in jax.tree_util.tree_leaves(tree) if is_differentiable_leaf(leaf)))
 
 
 def _lowered_tol(*trees: Any) -> tuple[float, float]:
