@@ -147,15 +147,6 @@ _TESTER_OPTIONS = frozenset({
 })
 
 
-def _unpack_function(f: Any, seed: int) -> tuple[Any, Any]:
-    """The function under test and its tangent: `with_tangent(f, f_dot)`, else a random one
-    (`NoTangent()` for a function without differentiable fields), as ChainRulesTestUtils
-    does: a callable struct is perturbed like an argument, and `f_bar` is checked."""
-    if isinstance(f, WithTangent):
-        return f.primal, f.tangent
-    return f, rand_tangent(f, seed=seed + 5)
-
-
 def _has(table: Any, f: Any, primals: tuple) -> bool:
     """Whether a rule of `table` applies; an unhashable callable carries none."""
     try:
@@ -848,10 +839,12 @@ class _RruleTest(_Test):
 
 
 def _start(tester: str, table: Any, f: Any, args: tuple, seed: int, given: Any) -> tuple:
-    """A tester's arguments unpacked: `(f, f_dot, primals, tangents, via_jax)`; via_jax: f has
-    no rule of this kind and none is given, so JAX's own derivative is checked (a primitive
-    of ours without the rule fails, saying how to register one)."""
-    f, f_dot = _unpack_function(f, seed)
+    """A tester's arguments unpacked: `(f, f_dot, primals, tangents, via_jax)`. f_dot is
+    `with_tangent(f, f_dot)`'s, else random (`NoTangent()` without differentiable fields): as
+    in ChainRulesTestUtils, a callable struct is perturbed like an argument and its `f_bar`
+    checked. via_jax: f has no rule of this kind and none is given, so JAX's own derivative
+    is checked (a primitive of ours without the rule fails, saying how to register one)."""
+    f, f_dot = (f.primal, f.tangent) if isinstance(f, WithTangent) else (f, rand_tangent(f, seed=seed + 5))
     _tested.set(f)
     primals, tangents = _unpack(args, seed)
     via_jax = given is None and not _has(table, f, primals)
