@@ -563,18 +563,12 @@ def _coordinate_steps(m: FDMethod, flat: _Flat, w: Any, rows: int) -> np.ndarray
     return m._choose_step(bound, scale)[0]
 
 
-def _basis_steps(m: FDMethod, flat: _Flat, w: Any, step: float | None, rows: int) -> np.ndarray:
-    """One step per input coordinate: `step`, or `_coordinate_steps`; made exact for each."""
-    if step is not None:
-        return _representable(flat.x_host, _check_step(flat.name, step))
-    return _representable(flat.x_host, _coordinate_steps(m, flat, w, rows))
-
-
 def _per_coordinate(m: FDMethod, flat: _Flat, w: Any, step: float | None) -> np.ndarray:
     """`m`'s derivative along every basis direction, each with its own step: shape (x.size,)
     for the scalar <w, f> (with w), else (x.size, y.size)."""
     rows = m._batch_size() if step is None else len(m._offsets)
-    steps = _basis_steps(m, flat, w, step, rows)
+    wanted = _coordinate_steps(m, flat, w, rows) if step is None else _check_step(flat.name, step)
+    steps = _representable(flat.x_host, wanted)  # made exact for each coordinate
     values = _basis_values(flat, m._offsets, steps, w, rows)  # (k, x.size, y.size or 2)
     if w is not None:
         return _divide(_combine(m._weights, values[..., 0]), steps)
