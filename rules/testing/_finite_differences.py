@@ -14,6 +14,7 @@ why: rules/testing/README.md.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Callable, NamedTuple
 
@@ -327,11 +328,9 @@ class _Flat:
         self.x = _vector(args)
         self._program: _Program | None = None
 
-    @property
+    @functools.cached_property
     def x_host(self) -> np.ndarray:
-        if not hasattr(self, "_x_host"):
-            self._x_host = np.asarray(self.x)
-        return self._x_host
+        return np.asarray(self.x)
 
     def _trace(self) -> _Program:
         if self._program is None:
