@@ -7,6 +7,7 @@ stale: rules/testing/README.md.
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import threading
 from typing import Any, Callable
@@ -34,14 +35,12 @@ _QUICK_OPTIONS: dict[str, Any] = {
     "xla_cpu_use_fusion_emitters": False,  # fused element-wise loops by the elemental emitter
     "xla_cpu_parallel_codegen_split_count": 1,  # one LLVM module, not one per thread
 }
-_SUPPORTED: list[dict[str, Any]] = []
 
 
+@functools.cache
 def _quick_options() -> dict[str, Any]:
-    """`_QUICK_OPTIONS` that this JAX and XLA accept, on CPU; `{}` elsewhere."""
-    if not _SUPPORTED:
-        _SUPPORTED.append(_accepted(_QUICK_OPTIONS) if jax.default_backend() == "cpu" else {})
-    return _SUPPORTED[0]
+    """`_QUICK_OPTIONS` that this JAX and XLA accept, on CPU; `{}` elsewhere (found once)."""
+    return _accepted(_QUICK_OPTIONS) if jax.default_backend() == "cpu" else {}
 
 
 def _accepted(options: dict[str, Any]) -> dict[str, Any]:
