@@ -84,6 +84,12 @@ class _Traced:
         self.kept = [None if t else leaf for leaf, t in zip(out_leaves, self.is_traced)]
         return [leaf for leaf, t in zip(out_leaves, self.is_traced) if t]
 
+    def result(self, values: list) -> Any:
+        """The body's result, its traced leaves from the program's outputs `values`."""
+        it = iter(values)
+        leaves = [next(it) if t else leaf for leaf, t in zip(self.kept, self.is_traced)]
+        return jax.tree_util.tree_unflatten(self.out_tree, leaves)
+
 
 class _ByIdentity:
     """An object as a key by its identity, held (its address cannot be reused while kept)."""
@@ -276,8 +282,7 @@ class Program:
                 or [(np.shape(d), d.dtype) for d in dynamic] != self.kinds):
             raise ValueError("a compiled check's program was called at arguments it was not traced for "
                              "(another structure, fixed value, shape or dtype): trace it anew")
-        traced = self.traced
-        return _rebuild((traced.out_tree, traced.is_traced, traced.kept), self.program(*dynamic))
+        return self.traced.result(self.program(*dynamic))
 
 
 def run(body: Callable, *args: Any) -> Any:
@@ -290,12 +295,3 @@ def run(body: Callable, *args: Any) -> Any:
     tangents, are compiled into it. `Program(body, *args)` keeps the program to run again.
     """
     return Program(body, *args)(*args)
-
-
-def _rebuild(snapshot: tuple, values: list) -> Any:
-    """A traced body's result from its program's outputs: the traced leaves from `values`,
-    the others (Python values the trace made) as the trace left them."""
-    out_tree, is_traced, kept = snapshot
-    it = iter(values)
-    leaves = [next(it) if t else leaf for leaf, t in zip(kept, is_traced)]
-    return jax.tree_util.tree_unflatten(out_tree, leaves)
