@@ -565,20 +565,16 @@ def test_rrule(f: Callable, *args: Any, output_tangent: Any = None, rtol: float 
 
     See also: `test_frule`, `test_scalar`, `with_tangent`, `test_approx`.
     """
-    run = _RruleTest(f, args, fkwargs, rrule_f, output_tangent=output_tangent, rtol=rtol, atol=atol, fdm=fdm, mode=mode,
-                     seed=seed, check_jit=check_jit, check_vmap=check_vmap, check_thunked=check_thunked_output_tangent)
-    run.check_primal()
-    run.check_inplaceable_thunks()
-    run.check_finite_differences()
-    run.check_thunked_seed()
-    run.check_lowered()
-    return run.report()
+    return _RruleTest(f, args, fkwargs, rrule_f, output_tangent=output_tangent, rtol=rtol, atol=atol, fdm=fdm,
+                      mode=mode, seed=seed, check_jit=check_jit, check_vmap=check_vmap,
+                      check_thunked=check_thunked_output_tangent).run()
 
 
 class _Test:
     """One tester call: the problem, the rule evaluated (`ev`), and the checks so far; each
-    `check_*` method is one named check, as in ChainRulesTestUtils. A subclass's `_prepare`
-    sets what its rule's program needs (`spec`, `inputs`), `_evaluate` runs it."""
+    `check_*` method is one named check, as in ChainRulesTestUtils, and a subclass's `run` makes
+    them in order. Its `_prepare` sets what its rule's program needs (`spec`, `inputs`),
+    `_evaluate` runs it."""
 
     tester = kind = ""
     table: Any = None  # the registry of the tester's kind of rule
@@ -833,7 +829,13 @@ class _RruleTest(_Test):
             self.checks += forward
             self.modes = "fwd+rev" if forward else "rev"
 
-    def report(self) -> RuleReport:
+    def run(self) -> RuleReport:
+        """The checks, in order, and their report."""
+        self.check_primal()
+        self.check_inplaceable_thunks()
+        self.check_finite_differences()
+        self.check_thunked_seed()
+        self.check_lowered()
         return RuleReport(self.name, "jax.vjp" if self.via_jax else "rrule", self.mode, self.worst, tuple(self.checks),
                           time.perf_counter() - self.start, self.modes or "rev")
 
@@ -1291,15 +1293,8 @@ def test_frule(f: Callable, *args: Any, rtol: float | None = None, atol: float |
 
     See also: `test_rrule`, `test_scalar`, `with_tangent`.
     """
-    run = _FruleTest(f, args, fkwargs, frule_f, rtol=rtol, atol=atol, fdm=fdm, check_jit=check_jit,
-                     check_vmap=check_vmap, seed=seed)
-    run.check_primal()
-    run.check_inplaceable_thunks()
-    if run.problem.index and not (run.ev.mask and all(run.ev.mask)):
-        run.check_finite_differences()
-        run.check_lowered()
-        run.check_transposition()
-    return run.report()
+    return _FruleTest(f, args, fkwargs, frule_f, rtol=rtol, atol=atol, fdm=fdm, check_jit=check_jit,
+                      check_vmap=check_vmap, seed=seed).run()
 
 
 class _FruleTest(_Test):
@@ -1371,7 +1366,15 @@ class _FruleTest(_Test):
             self.checks += _check_transposition(self.tester, self.name, self.problem, self.ev.transposed,
                                                 self.ev.y_dot_dense, self.rtol, self.atol)
 
-    def report(self) -> RuleReport:
+    def run(self) -> RuleReport:
+        """The checks, in order (the tangent's where anything is perturbed and the frule implements
+        it), and their report."""
+        self.check_primal()
+        self.check_inplaceable_thunks()
+        if self.problem.index and not (self.ev.mask and all(self.ev.mask)):
+            self.check_finite_differences()
+            self.check_lowered()
+            self.check_transposition()
         # an frule serves forward mode; JAX transposes it or uses an rrule in reverse
         mode = "exact" if self.problem.size() <= EXACT_MODE_LIMIT else "fast"  # above: along x_dot only
         return RuleReport(self.name, "jax.jvp" if self.via_jax else "frule", mode, self.worst, tuple(self.checks),
