@@ -1472,8 +1472,7 @@ def test_scalar(f: Callable, z: Any, *, rtol: float | None = None, atol: float |
         if has_fr and k < len(directions):
             reports.append(test_frule(f, with_tangent(z, jnp.asarray(directions[k], jnp.result_type(z))), **opts))
         if has_rr and k < len(seeds):
-            seed_value = seeds[k] if jnp.iscomplexobj(y) else seeds[k].real
-            reports.append(test_rrule(f, z, output_tangent=jnp.asarray(seed_value, jnp.result_type(y)), **opts))
+            reports.append(test_rrule(f, z, output_tangent=jnp.asarray(seeds[k], jnp.result_type(y)), **opts))
     return reports
 
 
