@@ -621,8 +621,7 @@ def fd_jvp(m: FDMethod, f: Callable, args: tuple, tangents: tuple, *, step: floa
 
     See also: fd_vjp, fd_jacobian, to_vec.
     """
-    (y_dot,) = _fd_jvps("fd_jvp", m, f, args, [tangents], step)
-    return y_dot
+    return _fd_jvps("fd_jvp", m, f, args, [tangents], step)[0]
 
 
 def _fd_jvps(name: str, m: FDMethod, f: Callable, args: tuple, directions: list, step: float | None) -> list[PyTree]:
@@ -635,9 +634,8 @@ def _fd_jvps(name: str, m: FDMethod, f: Callable, args: tuple, directions: list,
     with _x64(name):
         flat = _Flat(name, f, args)
         vectors = []
-        for tangents in directions:
-            tangent_layout = _layout(_check_tuple(name, "tangents", tangents))
-            _check_like(name, "tangents", flat.layout, tangent_layout, "`args`")
+        for tangents in directions:  # every direction checked before any is evaluated
+            _check_like(name, "tangents", flat.layout, _layout(_check_tuple(name, "tangents", tangents)), "`args`")
             vectors.append(_vector(tangents))
         held = _held(flat.x_host)
         out = []
