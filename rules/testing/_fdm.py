@@ -172,7 +172,7 @@ class FDMethod:
 
     def _checked_grid(self) -> tuple[int, ...]:
         """The method's grid, after checking its parameters (errors name the constructor)."""
-        name = "FDMethod.from_grid" if self.kind == "custom" else f"{self.kind}_fdm"
+        name = self._name
         if self.kind not in ("central", "forward", "backward", "custom"):
             raise ValueError(f"`FDMethod`: `kind` must be 'central', 'forward', 'backward' or 'custom', "
                              f"got {self.kind!r}.")
@@ -263,7 +263,9 @@ class FDMethod:
                 return _scalar("_scalar_value")(name, f, x)
             sampler = _scalar("_scalar_sampler")(self, f, x, name, self._batch_size() if step is None else 0)
             step = self._estimate_step(sampler)[0] if step is None else _check_step(name, step)
-            return self._apply(sampler, float(_representable(sampler.flat.x_host[0], step)))
+            step = float(_representable(sampler.flat.x_host[0], step))
+            values, _ = sampler(self._offsets * step)
+            return float(self._estimate(values, step))
 
     def estimate_step(self, f: Callable, x: Any) -> tuple[float, float]:
         """Choose the step for `m(f, x)` and bound the error of the resulting estimate.
@@ -387,10 +389,6 @@ class FDMethod:
         if self._weight_total:  # q = 0: the weights sum to 1
             total = total + self._weight_total * values[0]
         return _divide(total, step**self.q)
-
-    def _apply(self, sampler: _Sampler, step: float) -> float:
-        values, _ = sampler(self._offsets * step)
-        return float(self._estimate(values, step))
 
     def _error_exponents(self, count: int) -> list[int]:
         """Powers of h in the error expansion: k - q for each k >= p with sum c g^k != 0."""
