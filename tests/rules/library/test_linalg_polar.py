@@ -68,3 +68,42 @@ def test_polar_is_nan_at_a_rank_deficient_matrix():
     A = jnp.array([[1.0, 2.0], [2.0, 4.0]])  # rank 1: u is not unique, p = (A^T A)^(1/2) has a kink
     assert np.isnan(jax.grad(lambda A: jnp.sum(pl.polar(A)[0]))(A)).all()
     assert np.isnan(jax.jvp(lambda A: pl.polar(A)[1], (A,), (jnp.eye(2),))[1]).all()
+
+
+def _polar_by_newton(A, side="right"):
+    """(u, p) by 40 Newton steps X <- (X + X (X^H X)^{-1}) / 2 in plain JAX: smooth, and converged to
+    rounding at these matrices, so its derivatives of every order are those of the polar factors."""
+    B = A if side == "right" else jnp.conj(A.T)
+    X = B
+    for _ in range(40):
+        X = (X + X @ jnp.linalg.inv(jnp.conj(X.T) @ X)) / 2
+    P = jnp.conj(X.T) @ B
+    return (X, (P + jnp.conj(P.T)) / 2) if side == "right" else (jnp.conj(X.T), (P + jnp.conj(P.T)) / 2)
+
+
+@pytest.mark.parametrize("A, side", [
+    (pl._ROTATION, "right"), (np.diag([1.0, 2.0, 2.0]), "right"), (sp._M43, "right"), (sp._M3Z, "right"),
+    (sp._M43.T, "left"),
+], ids=["rotation", "repeated", "tall", "complex", "left-wide"])
+def test_polar_second_and_third_derivatives_are_exact_at_repeated_singular_values(A, side):
+    # through the eigenvectors of p they were NaN at every orthogonal matrix, and rev-over-rev
+    # differentiated JAX's QDWH iteration (an error)
+    rng = np.random.default_rng(7)
+    seeds = [rng.normal(size=y.shape) + 1j * rng.normal(size=y.shape) for y in pl.polar(A, side)]
+    dots = [rand_tangent(np.asarray(A), seed=k) for k in range(3)]
+
+    def loss(polar):
+        return lambda A: sum(jnp.sum(jnp.real(g * y)) for g, y in zip(seeds, polar(A, side)))
+
+    def second(f, A):  # <dots[1], hessian(f)(A) dots[0]>, by forward over forward
+        return jax.jvp(lambda B: jax.jvp(f, (B,), (dots[0],))[1], (A,), (dots[1],))[1]
+
+    want = second(loss(_polar_by_newton), A)
+    np.testing.assert_allclose(second(loss(pl.polar), A), want, rtol=1e-8)
+    if not np.iscomplexobj(A):  # jax.hessian's real basis
+        np.testing.assert_allclose(jax.jacrev(jax.grad(loss(pl.polar)))(A), jax.hessian(loss(_polar_by_newton))(A),
+                                   rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(jax.jit(jax.vmap(jax.hessian(loss(pl.polar))))(A[None])[0],
+                                   jax.hessian(loss(_polar_by_newton))(A), rtol=1e-8, atol=1e-10)
+    third = lambda f: jax.jvp(lambda C: second(f, C), (A,), (dots[2],))[1]  # noqa: E731
+    np.testing.assert_allclose(third(loss(pl.polar)), third(loss(_polar_by_newton)), rtol=1e-7)
