@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Iterable
 
 import jax
@@ -62,6 +63,41 @@ def _unbroadcast(dx: Any, shape: tuple) -> Any:
     return summed.reshape(shape)
 
 
+def _signature(f: Any) -> inspect.Signature | None:
+    try:
+        return inspect.signature(f)
+    except (TypeError, ValueError):  # a builtin without one: keywords then pass as given
+        return None
+
+
+def _positional(sig: inspect.Signature | None, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """`f(*args, **kwargs)` with every keyword that names a positional parameter moved into place.
+
+    The partials see arguments by position only, so `elu(x, alpha=2.0)` must reach them as
+    `elu(x, 2.0)`; parameters skipped before a moved one get their defaults. Keyword-only
+    parameters have no place: they stay keywords, except one passed as its own default (a
+    `jnp` ufunc's `where=None`), which is dropped so that partials need not accept it.
+    """
+    if sig is None:
+        return args, kwargs
+    bound = sig.bind(*args, **kwargs).arguments
+    positional: list = []
+    given = 0  # how many leading positional slots the call fills
+    keywords: dict = {}
+    for p in sig.parameters.values():
+        if p.kind is p.VAR_POSITIONAL:
+            positional.extend(bound.get(p.name, ()))
+            given = len(positional)
+        elif p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            positional.append(bound.get(p.name, p.default))
+            given = len(positional) if p.name in bound else given
+        elif p.kind is p.VAR_KEYWORD:
+            keywords.update(bound.get(p.name, {}))
+        elif p.name in bound and bound[p.name] is not p.default:
+            keywords[p.name] = bound[p.name]
+    return tuple(positional[:given]), keywords
+
+
 def scalar_rule(
     f: Any, partials: Callable[..., Any], *, examples: Iterable[tuple] | None = None, plain: bool = False
 ) -> Any:
@@ -74,6 +110,9 @@ def scalar_rule(
     convention). Arguments JAX cannot differentiate (ints, bools) get `NoTangent()`.
     Under JAX, the frule is what a primitive lowers to (`jax.custom_jvp`), so both forward
     and reverse mode work; the rrule answers `rules.rrule(f, ...)` and `rrule_via_ad`.
+    Arguments given by keyword are bound by `f`'s signature and reach `partials` in their
+    positional place (`elu(x, alpha=2.0)` as `elu(x, 2.0)`; keyword-only ones by keyword); as
+    every keyword argument of a rule, they are constants: no tangent, no cotangent.
 
     >>> import jax.numpy as jnp
     >>> import rules
@@ -100,11 +139,16 @@ def scalar_rule(
     if examples is not None:
         register_examples(f, examples)
     name = getattr(raw, "__name__", "f")
+    sig = _signature(raw)
 
-    def scalar_frule(tangents, *args):
-        y = raw(*args)
+    def scalar_frule(tangents, *args, **kwargs):
+        if kwargs:  # moved into place with no tangent: keyword arguments are constants
+            n = len(args)
+            args, kwargs = _positional(sig, args, kwargs)
+            tangents = (*tangents, *(NoTangent(),) * (len(args) - n))
+        y = raw(*args, **kwargs)
         multi = isinstance(y, tuple)
-        table = _partials_table(f, partials(*args, y), len(args), len(y) if multi else None)
+        table = _partials_table(f, partials(*args, y, **kwargs), len(args), len(y) if multi else None)
         outs = y if multi else (y,)
         dots = []
         for out, row in zip(outs, table):
@@ -121,11 +165,14 @@ def scalar_rule(
             dots.append(acc)
         return y, (tuple(dots) if multi else dots[0])
 
-    def scalar_rrule(*args):
-        y = raw(*args)
+    def scalar_rrule(*args, **kwargs):
+        n = len(args)  # the pullback answers for these; keyword arguments are constants
+        if kwargs:
+            args, kwargs = _positional(sig, args, kwargs)
+        y = raw(*args, **kwargs)
         multi = isinstance(y, tuple)
-        table = _partials_table(f, partials(*args, y), len(args), len(y) if multi else None)
-        projectors = [ProjectTo(x) if is_differentiable_leaf(x) else None for x in args]
+        table = _partials_table(f, partials(*args, y, **kwargs), len(args), len(y) if multi else None)
+        projectors = [ProjectTo(x) if i < n and is_differentiable_leaf(x) else None for i, x in enumerate(args)]
         shapes = [jnp.shape(x) for x in args]
 
         def cotangent(i, y_bar):
@@ -141,11 +188,11 @@ def scalar_rule(
 
         def pullback(y_bar):
             y_bar = unthunk(y_bar)
-            if len(args) == 1:
+            if n == 1:
                 return NoTangent(), cotangent(0, y_bar) if projectors[0] is not None else NoTangent()
             return (NoTangent(),) + tuple(
                 NoTangent() if projectors[i] is None else thunk(lambda i=i: cotangent(i, y_bar))
-                for i in range(len(args))
+                for i in range(n)
             )
 
         pullback.__name__ = pullback.__qualname__ = f"{name}_pullback"

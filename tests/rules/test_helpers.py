@@ -219,6 +219,21 @@ def test_scalar_rule_two_arguments_through_a_primitive_is_used_by_grad(maybe_jit
     assert maybe_jit(jax.grad(prim, argnums=(0, 1)))(2.0, 3.0) == (21.0, 14.0)
 
 
+def test_scalar_rule_binds_keyword_arguments_to_their_place(maybe_jit):
+    # a keyword reaches the partials positionally; a parameter skipped before it gets its default
+    def quadratic(x, a=2.0, b=3.0):
+        return a * x * x + b
+
+    prim = rules.scalar_rule(rules.primitive(quadratic), lambda x, a, b, y: (2 * a * x, x * x, 1.0))
+    for d in (jax.grad, jax.jacfwd):
+        assert float(maybe_jit(d(lambda x: prim(x, b=5.0)))(3.0)) == 12.0
+        assert float(maybe_jit(d(lambda x: prim(x, 4.0, b=5.0)))(3.0)) == 24.0
+    y, back = rrule(prim, 3.0, b=5.0)  # keyword arguments are constants: a cotangent for x only
+    assert float(y) == 23.0 and len(back(1.0)) == 2 and float(unthunk(back(1.0)[1])) == 12.0
+    y, y_dot = frule((NoTangent(), 1.0), prim, 3.0, b=5.0)
+    assert (float(y), float(y_dot)) == (23.0, 12.0)
+
+
 # ------------------------------------------------------------------------------------------
 # non_differentiable
 # ------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import jax.scipy.stats
 import numpy as np
 import pytest
 
+import rules
 import rules.library.jax.numpy as rnp
 import zygote_jax
 from rules.library.jax import nn as rnn
@@ -186,6 +187,36 @@ def test_jax_grad_through_the_namespace_gives_the_library_value(f, args, true):
     for grads in (jax.grad(f, argnums=argnums)(*args), jax.jit(jax.grad(f, argnums=argnums))(*args)):
         got = np.concatenate([np.ravel(g) for g in grads]).astype(np.float64)
         np.testing.assert_allclose(got, np.array(true, np.float64), rtol=rtol, atol=0)
+
+
+# (drop-in, JAX's function, its optional parameter by keyword, an edge x, the library's slope there):
+# every shadowed scalar_rule function with an optional parameter
+BY_KEYWORD = [
+    (rnn.elu, jax.nn.elu, {"alpha": 2.0}, -40.0, 2 * np.exp(-40.0)),  # alpha exp(x) (JAX 0.10: 0)
+    (rnn.celu, jax.nn.celu, {"alpha": 0.5}, -20.0, np.exp(-40.0)),  # exp(x / alpha)
+    (rnn.squareplus, jax.nn.squareplus, {"b": 3.0}, np.float32(1e20), 1.0),  # (JAX < 0.12.1: 1/2)
+]
+
+
+@pytest.mark.parametrize("mine, jaxs, kw, edge, slope", BY_KEYWORD, ids=[f.__name__ for f, *_ in BY_KEYWORD])
+def test_a_parameter_by_keyword_is_bound_to_its_place_under_grad_and_jit(mine, jaxs, kw, edge, slope, maybe_jit):
+    x = np.array([-1.3, 0.4, 2.0])
+    (value,) = kw.values()
+    np.testing.assert_allclose(maybe_jit(lambda x: mine(x, **kw))(x), jaxs(x, **kw), rtol=1e-12)
+    for d in (jax.grad, jax.jacfwd):  # reverse and forward mode: JAX's slope at ordinary points
+        np.testing.assert_allclose(maybe_jit(d(lambda x: jax.numpy.sum(mine(x, **kw))))(x),
+                                   d(lambda x: jax.numpy.sum(jaxs(x, value)))(x), rtol=1e-12)
+    rtol = 1e-6 if np.result_type(edge) == np.float32 else 1e-12
+    assert float(maybe_jit(jax.grad(lambda x: mine(x, **kw)))(edge)) == pytest.approx(slope, rel=rtol)
+    assert float(maybe_jit(jax.grad(lambda x: mine(x, value)))(edge)) == pytest.approx(slope, rel=rtol)
+    _, back = rules.rrule(mine, x, **kw)  # the rule itself: one cotangent per positional argument
+    assert len(back(np.ones(3))) == 2
+
+
+def test_a_keyword_only_argument_at_its_default_is_dropped():
+    # jnp's ufuncs take `out=None, where=None` by keyword only: passed as given, they change nothing
+    g = jax.grad(lambda a, b: rnp.logaddexp(a, b, where=None), argnums=(0, 1))(0.3, 0.5)
+    np.testing.assert_allclose(g, jax.grad(jax.numpy.logaddexp, argnums=(0, 1))(0.3, 0.5), rtol=1e-14)
 
 
 def test_zygote_gradient_through_the_namespace_uses_the_rules():
