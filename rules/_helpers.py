@@ -107,9 +107,12 @@ def scalar_rule(
     (one argument), a tuple of partials (one per argument), or, for a function with several
     outputs, a tuple of such tuples (one per output). Arrays broadcast: the rrule sums over
     broadcast dimensions. The rrule multiplies by the conjugate partial (holomorphic
-    convention). Arguments JAX cannot differentiate (ints, bools) get `NoTangent()`.
-    Under JAX, the frule is what a primitive lowers to (`jax.custom_jvp`), so both forward
-    and reverse mode work; the rrule answers `rules.rrule(f, ...)` and `rrule_via_ad`.
+    convention). Arguments JAX cannot differentiate (ints, bools) get `NoTangent()`. A
+    partial may be a `thunk`, computed only for an argument with a nonzero tangent or
+    cotangent: one with no derivative of its own, which `jax.hessian` in another argument
+    would otherwise differentiate. Under JAX, the frule is what a primitive lowers to
+    (`jax.custom_jvp`), so both forward and reverse mode work; the rrule answers
+    `rules.rrule(f, ...)` and `rrule_via_ad`.
     Arguments given by keyword are bound by `f`'s signature and reach `partials` in their
     positional place (`elu(x, alpha=2.0)` as `elu(x, 2.0)`; keyword-only ones by keyword); as
     every keyword argument of a rule, they are constants: no tangent, no cotangent.
@@ -156,7 +159,10 @@ def scalar_rule(
             acc: Any = ZeroTangent()
             for x, x_dot, p in zip(args, tangents[1:], row):
                 x_dot = unthunk(x_dot)
-                if isinstance(x_dot, AbstractZero) or isinstance(p, AbstractZero) or not is_differentiable_leaf(x):
+                if isinstance(x_dot, AbstractZero) or not is_differentiable_leaf(x):
+                    continue
+                p = unthunk(p)  # a thunk's partial: computed only for an argument that moves
+                if isinstance(p, AbstractZero):
                     continue
                 if isinstance(p, NotImplementedTangent):  # the tangent is not implemented either
                     acc = acc + p
@@ -179,9 +185,10 @@ def scalar_rule(
             acc: Any = ZeroTangent()
             for j, row in enumerate(table):
                 g = unthunk(y_bar[j] if multi else y_bar)
-                if isinstance(g, AbstractZero) or isinstance(row[i], AbstractZero):
+                p = ZeroTangent() if isinstance(g, AbstractZero) else unthunk(row[i])
+                if isinstance(p, AbstractZero):
                     continue
-                acc = acc + (row[i] if isinstance(row[i], NotImplementedTangent) else g * jnp.conj(row[i]))
+                acc = acc + (p if isinstance(p, NotImplementedTangent) else g * jnp.conj(p))
             if isinstance(acc, (AbstractZero, NotImplementedTangent)):
                 return acc
             return projectors[i](_unbroadcast(acc, shapes[i]))

@@ -234,6 +234,26 @@ def test_scalar_rule_binds_keyword_arguments_to_their_place(maybe_jit):
     assert (float(y), float(y_dot)) == (23.0, 12.0)
 
 
+def test_scalar_rule_computes_a_thunk_partial_only_for_an_argument_that_moves(maybe_jit):
+    # as a partial with no derivative of its own must be: jax.hessian in x alone never sees it
+    def scale(a, x):
+        return a * x
+
+    computed = []
+
+    def by_a(x):
+        computed.append(x)
+        return x
+
+    prim = rules.scalar_rule(rules.primitive(scale), lambda a, x, y: (rules.thunk(lambda: by_a(x)), a))
+    for d in (jax.grad, jax.jacfwd, jax.hessian):
+        maybe_jit(d(prim, argnums=1))(2.0, 3.0)
+    _, back = rrule(prim, 2.0, 3.0)
+    assert float(unthunk(back(1.0)[2])) == 2.0 and not computed
+    assert float(maybe_jit(jax.grad(prim))(2.0, 3.0)) == 3.0 and computed
+    assert float(unthunk(back(1.0)[1])) == 3.0
+
+
 # ------------------------------------------------------------------------------------------
 # non_differentiable
 # ------------------------------------------------------------------------------------------
