@@ -21,6 +21,7 @@ import numpy as np
 from .._helpers import scalar_rule
 from .._notimplemented import not_implemented
 from .._registry import register_examples
+from .._thunks import thunk
 from .logexp import xlog1py, xlogy
 
 __all__: list[str] = []  # rules only, on jax.scipy.special's functions
@@ -51,7 +52,9 @@ def _gammainc_partials(sign: float, f: Callable) -> Callable:
     def partials(a, x, y):
         a, x = _like(y, a, x)
         slope = sign * jnp.exp(xlogy(a - 1, x) - x - jsp.gammaln(a))
-        by_a = jax.jvp(lambda a: f(a, x), (a,), (jnp.ones_like(a),))[1]  # JAX's own d/da
+        # JAX's own d/da (igamma_grad_a) has no derivative, in a or in x: a thunk, computed
+        # only where a moves, so that jax.hessian in x alone never differentiates it
+        by_a = thunk(lambda: jax.jvp(lambda a: f(a, x), (a,), (jnp.ones_like(a),))[1])
         return by_a, slope
 
     return partials

@@ -61,6 +61,31 @@ def test_gammainc_derivative_in_a_is_jaxs():
         test_rrule(f, np.array([0.8, 2.5]), np.array([0.3, 1.7]))
 
 
+def test_gammainc_second_derivative_in_x_alone_is_jaxs(maybe_jit):
+    # JAX's d/da (its igamma_grad_a) has no derivative: the rule computes it only where a moves,
+    # so the Hessian in x alone is JAX's, and that of e^-x at a = 1, x = 0 (JAX: NaN)
+    a, x, h = np.array([0.8, 2.5, 4.0]), np.array([0.3, 1.7, 2.2]), 1e-5
+    for f, sign in ((jsp.gammainc, 1.0), (jsp.gammaincc, -1.0)):
+        pf, want = rules.primitive(f), jax.jit(jax.vmap(jax.hessian(f, argnums=1)))(a, x)  # references: jitted
+        slope = jax.jit(jax.vmap(jax.grad(pf, argnums=1)))
+        np.testing.assert_allclose(want, (slope(a, x + h) - slope(a, x - h)) / (2 * h), rtol=1e-8)
+        for d2 in (jax.hessian(pf, argnums=1), jax.grad(jax.grad(pf, argnums=1), argnums=1)):
+            np.testing.assert_allclose(maybe_jit(jax.vmap(d2))(a, x), want, rtol=1e-12)
+        assert float(maybe_jit(jax.hessian(pf, argnums=1))(1.0, 0.0)) == -sign
+        mixed = lambda g: jax.vmap(jax.jacfwd(jax.grad(g, argnums=1), argnums=0))  # noqa: E731  (the x-slope, by a)
+        np.testing.assert_allclose(maybe_jit(mixed(pf))(a, x), jax.jit(mixed(f))(a, x), rtol=1e-12)
+
+
+def test_gammainc_second_derivative_in_a_raises_as_jaxs():
+    # JAX has no derivative of its d/da: an error (JAX's own), not a number
+    for f in (jsp.gammainc, jsp.gammaincc):
+        for g in (f, rules.primitive(f)):
+            with pytest.raises(NotImplementedError, match="igamma_grad_a"):
+                jax.hessian(g, argnums=0)(2.5, 1.3)
+        np.testing.assert_allclose(jax.jacfwd(rules.primitive(f), argnums=0)(2.5, 1.3),
+                                   jax.jacfwd(f, argnums=0)(2.5, 1.3), rtol=1e-13)  # first order: JAX's
+
+
 def test_bessel_i0_slope_at_1e_300_and_where_i0_overflows():
     # true: I_0' = I_1; I_1(1e-300) = 1e-300 / 2 (its series x/2 + x^3/16 + ...);
     # I_1(800) = e^800 / sqrt(1600 pi) (1 - ...) ~ 1e345 overflows to inf
