@@ -226,16 +226,19 @@ def forward_jacobian(f: Callable, x: Any) -> tuple[Any, Any]:
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _forwarddiff(f: Callable, x: Any) -> Any:
-    return f(x)
+def _forwarddiff(f: Callable, x: Any, *closed: Any) -> Any:
+    return f(x, *closed)
 
 
 @_forwarddiff.defjvp
 def _forwarddiff_jvp(f, primals, tangents):
-    (x,), (x_dot,) = primals, tangents
+    (x, *closed), (x_dot, *closed_dot) = primals, tangents
     with deriving():
-        J, y = jax.jacfwd(lambda u: (lambda out: (out, out))(f(u)), has_aux=True)(x)
-    y_dot = jax.tree_util.tree_map(lambda J_leaf: jnp.tensordot(J_leaf, x_dot, axes=np.ndim(x)), J)
+        J, y = jax.jacfwd(lambda u: (lambda out: (out, out))(f(u, *closed)), has_aux=True)(x)
+        y_dot = jax.tree_util.tree_map(lambda J_leaf: jnp.tensordot(J_leaf, x_dot, axes=np.ndim(x)), J)
+        if closed:  # values f closes over that are differentiated too: one more forward pass
+            by_closed = jax.jvp(lambda *c: f(x, *c), tuple(closed), tuple(closed_dot))[1]
+            y_dot = jax.tree_util.tree_map(jnp.add, y_dot, by_closed)
     return y, y_dot
 
 
@@ -245,7 +248,10 @@ def forwarddiff(f: Callable, x: Any) -> Any:
     Zygote's `forwarddiff`: the value is `f(x)`; when `gradient` (or `jax.grad`, or
     forward mode) differentiates through this call, the Jacobian of `f` at `x` is built
     with `jax.jacfwd` (one forward pass per element of `x`) and then contracted with the
-    incoming cotangent. Worth it when `x` is small and `f` long or memory-hungry.
+    incoming cotangent. Worth it when `x` is small and `f` long or memory-hungry. Values
+    that `f` closes over and that are differentiated too (`lambda u: u * w` inside a loss of
+    `w`) get their derivative by one more forward pass (reverse mode transposes it; Zygote's
+    `forwarddiff` drops their gradients).
 
     Args:
       f: a function of one argument returning an array (or a pytree of arrays).
@@ -268,4 +274,6 @@ def forwarddiff(f: Callable, x: Any) -> Any:
 
     See also: `forward_jacobian`, `checkpointed`, `jax.jacfwd`.
     """
-    return _forwarddiff(f, _real_argument(x, f, "forwarddiff"))
+    x = _real_argument(x, f, "forwarddiff")
+    converted, closed = jax.closure_convert(f, x)  # the tracers f closes over, made arguments
+    return _forwarddiff(converted, x, *closed)

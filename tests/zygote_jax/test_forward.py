@@ -194,6 +194,22 @@ def test_forwarddiff_computes_the_derivative_in_forward_mode():
     assert gradient(lambda x: forwarddiff(cube7, x), 2.0) == (7 * 12.0,)
 
 
+def test_forwarddiff_differentiates_the_values_f_closes_over(maybe_jit):
+    # it raised JAX's UnexpectedTracerError (a custom_jvp's function closing over a tracer);
+    # Zygote's forwarddiff drops these gradients: here they are right, in both modes
+    def loss(w, x):
+        return jnp.sum(forwarddiff(lambda u: jnp.sin(u) * w[0] + u * w[1] ** 2, x))
+
+    def plain(w, x):
+        return jnp.sum(jnp.sin(x) * w[0] + x * w[1] ** 2)
+
+    w, x = jnp.array([1.5, -2.0]), jnp.array([0.3, 0.7, 1.1])
+    for got, want in zip(maybe_jit(lambda w, x: gradient(loss, w, x))(w, x), gradient(plain, w, x)):
+        close(got, want)
+    close(jax.jvp(lambda w: loss(w, x), (w,), (jnp.array([1.0, 0.5]),))[1],
+          jax.jvp(lambda w: plain(w, x), (w,), (jnp.array([1.0, 0.5]),))[1])
+
+
 def test_forwarddiff_under_jvp_and_matrix_shapes():
     y, y_dot = jax.jvp(lambda x: forwarddiff(lambda u: u @ u, x), (jnp.eye(2),), (jnp.ones((2, 2)),))
     close(y, np.eye(2))
