@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.special as jsp
 import numpy as np
+from jax.custom_derivatives import SymbolicZero
 
 from .._helpers import scalar_rule as _scalar_rule
 from .._projection import ProjectTo
@@ -97,19 +98,51 @@ def _logaddexp_weights(a, b, log_base):
     return jnp.where(empty, 0.0, w), jnp.where(empty, 0.0, w_b)
 
 
-def _power_partials(x, p, y):
+@jax.custom_jvp
+def _power_of_x(x, q):
+    """x**q, whose own derivatives in x are right at x = 0: the slope is q x**(q - 1) by this
+    function again, and 0 for q == 0 (x**0 is 1 everywhere), where JAX's pow has 0 * 0**-1 =
+    0 * inf = NaN. The partial p x**(p - 1) is then differentiated to any order without it:
+    the second derivative of x**1 at 0, the third of x**2, the Hessian of `vander`."""
+    return jnp.power(x, q)
+
+
+def _power_of_x_jvp(primals, tangents):
+    # symbolic zeros: an unperturbed argument adds nothing (not 0 * inf = NaN where x = 0)
+    x, q = primals
+    x_dot, q_dot = tangents
+    y = _power_of_x(x, q)
+    y_dot = jnp.zeros_like(y)
+    if not isinstance(x_dot, SymbolicZero):
+        flat = (q == 0) & (x == 0)  # only there: elsewhere q x**(q - 1) at q == 0 keeps its d/dq 1/x
+        slope = jnp.where(flat, 0, q * _power_of_x(x, jnp.where(flat, 1, q) - 1))  # holomorphic
+        y_dot = y_dot + (slope * x_dot).astype(y.dtype)
+    if not isinstance(q_dot, SymbolicZero):
+        # x**q log x, with the real log|x| for a real power (ChainRules), and log 1 at x = 0
+        # (as JAX's pow: 0 there, or NaN where x**q is infinite)
+        x_safe = jnp.where(x == 0, 1, x)
+        log_x = jnp.log(x_safe.astype(y.dtype)) if jnp.iscomplexobj(y) else jnp.log(jnp.abs(x_safe))
+        y_dot = y_dot + (y * log_x * q_dot).astype(y.dtype)
+    return y, y_dot
+
+
+_power_of_x.defjvp(_power_of_x_jvp, symbolic_zeros=True)
+
+
+def _power_partials(x, p):
     """d(x**p)/dx and d(x**p)/dp as ChainRules.jl has them at x = 0 (its POWERGRADS table).
 
     d/dx = p x**(p - 1), which is 0 for p == 0 (JAX: 0 * inf = NaN) and 1 for p == 1; d/dp =
     x**p log|x| (the real part of the complex log, as ChainRules), and at x = 0: 0 for p > 0,
-    NaN otherwise (x**p is not continuous in p there).
+    NaN otherwise (x**p is not continuous in p there). The powers are `_power_of_x`'s, so the
+    partials' own derivatives are finite at x = 0 where the true ones are, and keep log|x|.
     """
     zero_p = (p == 0) & (x == 0)  # elsewhere p x**(p - 1) is 0 at p == 0, and its d/dp 1/x kept
-    dx = jnp.where(zero_p, 0.0, p * jnp.power(x, jnp.where(zero_p, 1, p) - 1))
+    dx = jnp.where(zero_p, 0.0, p * _power_of_x(x, jnp.where(zero_p, 1, p) - 1))
     at_zero = x == 0
     if jnp.iscomplexobj(x) or jnp.iscomplexobj(p):
-        return dx, jnp.where(at_zero, 0.0, y * jnp.log(jnp.where(at_zero, 1.0, x)))
-    dp = y * jnp.log(jnp.where(at_zero, 1.0, jnp.abs(x)))
+        return dx, jnp.where(at_zero, 0.0, _power_of_x(x, p) * jnp.log(jnp.where(at_zero, 1.0, x)))
+    dp = _power_of_x(x, p) * jnp.log(jnp.where(at_zero, 1.0, jnp.abs(x)))
     return dx, jnp.where(at_zero, jnp.where(p > 0, 0.0, jnp.nan), dp)
 
 
@@ -167,7 +200,7 @@ scalar_rule(jnp.sqrt, lambda x, y: 0.5 / y, examples=_ex(_POS) + _ex(_Z))
 scalar_rule(jnp.cbrt, lambda x, y: 1 / (3 * y * y), examples=_ex(_POS))
 scalar_rule(jnp.square, lambda x, y: 2 * x, examples=_ex(_X) + _ex(_Z))
 scalar_rule(jnp.reciprocal, lambda x, y: -y * y, examples=_ex(_POS) + _ex(_Z))
-scalar_rule(jnp.power, lambda x, p, y: _power_partials(x, p, y), examples=_ex(_POS, _X) + _ex(_Z, _Z[::-1]))
+scalar_rule(jnp.power, lambda x, p, y: _power_partials(x, p), examples=_ex(_POS, _X) + _ex(_Z, _Z[::-1]))
 
 # ----- arithmetic ---------------------------------------------------------------------------
 scalar_rule(jnp.negative, lambda x, y: -1.0, examples=_ex(_X))

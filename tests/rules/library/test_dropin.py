@@ -226,6 +226,14 @@ def test_zygote_gradient_through_the_namespace_uses_the_rules():
     np.testing.assert_allclose(g, [1.0, 1.0])  # x**0 contributes 0 at x = 0 (JAX: NaN)
 
 
+def test_vander_hessian_is_finite_at_zero():
+    # sum(vander(x, 3)) = sum(x**2 + x + 1): the Hessian is 2 I; JAX's pow: a NaN row at x = 0
+    x = np.array([0.0, 1.0])
+    for hessian in (jax.hessian, lambda f: jax.jacrev(jax.jacrev(f)), lambda f: jax.jacfwd(jax.jacfwd(f))):
+        for h in (hessian(lambda x: rnp.vander(x, 3).sum())(x), jax.jit(hessian(lambda x: rnp.vander(x, 3).sum()))(x)):
+            np.testing.assert_array_equal(h, 2 * np.eye(2))
+
+
 def test_linalg_norm_reads_a_float_ord_of_a_matrix_norm_statically_as_jax_does():
     # np.inf is a Python float: the library's norm traces floats as a differentiable p, which
     # only vector norms have; the drop-in reads a matrix norm's float ord as JAX does

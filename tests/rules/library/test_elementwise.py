@@ -163,6 +163,8 @@ SECOND_ORDER = [
     (jnp.logaddexp2, (0.3, 0.3)),
     (jnp.logaddexp, (np.float32(2.0), np.float32(2.0))),
     (jnp.power, (2.0, 0.0)),  # d/dp of p x**(p - 1) at p = 0 is 1/x
+    (jnp.power, (0.7, 2.5)),  # d2/dx dp and d2/dp2 are JAX's log x where x > 0
+    (jnp.power, (np.float32(1.3), np.float32(3.0))),
 ]
 
 
@@ -173,3 +175,58 @@ def test_second_derivatives_at_ordinary_points_are_jaxs(f, args):
     for second in (jax.hessian, lambda g, argnums: jax.jacrev(jax.jacrev(g, argnums), argnums)):
         ours, plain = second(rules.primitive(f), argnums)(*args), second(f, argnums)(*args)
         np.testing.assert_allclose(np.array(ours, np.float64), np.array(plain, np.float64), rtol=rtol, atol=1e-12)
+
+
+# x**p at x = 0, differentiated two and three times in x: the partial p x**(p - 1) must not be
+# differentiated by JAX's pow, whose slope of x**0 at 0 is 0 * 0**-1 = NaN (the second
+# derivative of x**1, the third of x**2, every one of x**0). p = 0.5 is infinite there.
+POWER_AT_ZERO = [  # (p, (d2, d3) of x**p in x at x = 0)
+    (0.0, (0.0, 0.0)),
+    (1.0, (0.0, 0.0)),
+    (2.0, (2.0, 0.0)),
+    (3.0, (0.0, 6.0)),
+    (0.5, (-np.inf, np.inf)),  # -p (1 - p) x**(p - 2) and its slope
+]
+NESTINGS = {  # outermost first
+    2: [(jax.jacfwd, jax.jacrev), (jax.jacrev, jax.jacrev), (jax.jacfwd, jax.jacfwd)],
+    3: [(jax.jacfwd,) * 3, (jax.jacrev,) * 3, (jax.jacfwd, jax.jacrev, jax.jacrev), (jax.jacrev, jax.jacfwd, jax.jacrev)],
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("p, true", POWER_AT_ZERO, ids=[f"p={p}" for p, _ in POWER_AT_ZERO])
+def test_power_higher_derivatives_in_x_at_zero_are_the_true_ones(p, true, dtype):
+    ppow = rules.primitive(jnp.power)
+    for order, value in zip((2, 3), true):
+        for nesting in NESTINGS[order]:
+            f = lambda x: ppow(x, dtype(p))
+            for transform in reversed(nesting):
+                f = transform(f)
+            zeros = np.zeros(2, dtype)
+            for got in (f(dtype(0.0)), jax.jit(f)(dtype(0.0)), *jax.vmap(f)(zeros), *jax.jit(jax.vmap(f))(zeros)):
+                assert got.dtype == dtype
+                np.testing.assert_array_equal(got, dtype(value), err_msg=f"order {order}, {[t.__name__ for t in nesting]}")
+
+
+def test_power_hessian_in_x_and_p_at_zero_has_the_true_second_derivative_in_x():
+    # x's own entry at every p; the whole Hessian for p >= 2, where x**(p - 1) (1 + p log x) and
+    # x**p log(x)**2 tend to 0 (for p <= 1 the cross entries diverge: conventions, not checked)
+    ppow = rules.primitive(jnp.power)
+    for p, d2 in ((0.0, 0.0), (1.0, 0.0), (2.0, 2.0), (3.0, 0.0)):
+        for hessian in (jax.hessian, lambda f, argnums: jax.jacrev(jax.jacrev(f, argnums), argnums)):
+            h = np.array(hessian(ppow, (0, 1))(0.0, p))
+            assert h[0, 0] == d2, (p, h)
+            if p >= 2:
+                np.testing.assert_array_equal(h, [[d2, 0.0], [0.0, 0.0]])
+
+
+def test_power_hessian_at_negative_x_keeps_chainrules_real_log():
+    # d/dp x**p = x**p log|x| (the real part, as the first derivative): the Hessian is finite
+    # and symmetric at an integer p (JAX's log(x) is NaN there, also in x's own lane)
+    ppow = rules.primitive(jnp.power)
+    x, log = -1.5, np.log(1.5)
+    for p in (2.0, 3.0):
+        cross = x ** (p - 1) * (1 + p * log)
+        true = [[p * (p - 1) * x ** (p - 2), cross], [cross, x**p * log**2]]
+        for hessian in (jax.hessian, lambda f, argnums: jax.jacrev(jax.jacrev(f, argnums), argnums)):
+            np.testing.assert_allclose(np.array(hessian(ppow, (0, 1))(x, p)), true, rtol=1e-12)
