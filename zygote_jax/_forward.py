@@ -234,7 +234,16 @@ def _forwarddiff(f: Callable, x: Any, *closed: Any) -> Any:
 def _forwarddiff_jvp(f, primals, tangents):
     (x, *closed), (x_dot, *closed_dot) = primals, tangents
     with deriving():
-        J, y = jax.jacfwd(lambda u: (lambda out: (out, out))(f(u, *closed)), has_aux=True)(x)
+        try:
+            J, y = jax.jacfwd(lambda u: (lambda out: (out, out))(f(u, *closed)), has_aux=True)(x)
+        except TypeError as err:  # f closed over a value: its primitives run from a jaxpr (closure_convert)
+            if isinstance(err, rules.ForwardModeError) or "forward-mode" not in str(err):
+                raise
+            raise rules.ForwardModeError(
+                "`forwarddiff`: f has no forward mode: it calls a jax.custom_vjp (an rrule whose pullback "
+                "JAX cannot transpose, lowered without an frule); give that function an frule, or "
+                "differentiate without forwarddiff"
+            ) from err
         y_dot = jax.tree_util.tree_map(lambda J_leaf: jnp.tensordot(J_leaf, x_dot, axes=np.ndim(x)), J)
         if closed:  # values f closes over that are differentiated too: one more forward pass
             by_closed = jax.jvp(lambda *c: f(x, *c), tuple(closed), tuple(closed_dot))[1]
@@ -276,4 +285,4 @@ def forwarddiff(f: Callable, x: Any) -> Any:
     """
     x = _real_argument(x, f, "forwarddiff")
     converted, closed = jax.closure_convert(f, x)  # the tracers f closes over, made arguments
-    return _forwarddiff(converted, x, *closed)
+    return _forwarddiff(converted, x, *closed) if closed else _forwarddiff(f, x)

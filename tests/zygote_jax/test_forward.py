@@ -190,6 +190,8 @@ def test_forwarddiff_computes_the_derivative_in_forward_mode():
     assert float(forwarddiff(cube, 2.0)) == 8.0  # the value alone needs no derivative
     with pytest.raises(rules.ForwardModeError):
         gradient(lambda x: forwarddiff(cube, x), 2.0)
+    with pytest.raises(rules.ForwardModeError):  # f closes over a differentiated value (run from a jaxpr)
+        gradient(lambda w: forwarddiff(lambda u: cube(u) * w, 2.0), 3.0)
     cube7 = _rrule_only("cube_fd7", lambda x: x**3, lambda x: 3 * x**2, scale=7)  # transposable
     assert gradient(lambda x: forwarddiff(cube7, x), 2.0) == (7 * 12.0,)
 
