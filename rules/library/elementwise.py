@@ -264,8 +264,8 @@ register_examples(jnp.abs, _ex(_X - 0.5) + _ex(_Z))
 # cotangent is then z_bar = i Im(y_bar conj(s)) s / |z|, and 0 at z = 0 (as abs).
 def _sign_turn(x):
     r = jnp.abs(x)
-    s = jnp.sign(x)  # 0 at 0, and so is s / |z| there
-    return s, s / jnp.where(r == 0, 1, r)
+    s = x / jnp.where(r == 0, 1, r)  # 0 at 0, and so is s / |z| there; not jnp.sign, whose
+    return s, s / jnp.where(r == 0, 1, r)  # own derivative is 0 on jax < 0.11 (wrong Hessians)
 
 
 @frule.register(jnp.sign, plain=True)

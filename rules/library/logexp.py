@@ -254,7 +254,10 @@ def xexpy(x, y):
 
 def _xexpy_partials(x, y):
     dtype = jnp.result_type(xexpy.fn(x, y))
-    return jnp.exp(jnp.asarray(y, dtype)), xexpy.fn(x, y)
+    e = jnp.exp(jnp.asarray(y, dtype))
+    # d/dy = x exp(y), 0 at x = 0 where exp(y) overflows (as xexpy); not xexpy itself, whose
+    # where at x = 0 would cut its own derivative in x (exp(y)) from the Hessian
+    return e, jnp.asarray(x, dtype) * jnp.where((x == 0) & jnp.isinf(e) & jnp.isfinite(y), 0, e)
 
 
 _strong_rules(xexpy, xexpy.fn, _xexpy_partials, plain=False)

@@ -141,6 +141,12 @@ def test_complex_sign_and_arccosh_match_finite_differences_at_chainrules_points(
         plain = jax.vjp(lambda z: z / jnp.abs(z), z)[1](seed)[0]
         np.testing.assert_allclose(complex(ours), complex(plain), rtol=1e-12, atol=1e-15)
         assert complex(ours) != 0
+    # and its second derivative (the pullback took jnp.sign, whose derivative is 0 on jax < 0.11)
+    z, d1, d2 = jnp.array(0.3 + 0.4j), jnp.array(0.7 - 0.2j), jnp.array(-0.1 + 0.5j)
+    second = lambda f: jax.jvp(lambda w: jax.jvp(f, (w,), (d1,))[1], (z,), (d2,))[1]  # noqa: E731
+    pullback_dot = lambda f: jax.jvp(lambda w: jax.vjp(f, w)[1](1 - 2j)[0], (z,), (d1,))[1]  # noqa: E731
+    for order in (second, pullback_dot):
+        np.testing.assert_allclose(complex(order(psign)), complex(order(lambda z: z / jnp.abs(z))), rtol=1e-12)
 
 
 def test_squareplus_is_finite_and_right_where_x_squared_overflows():

@@ -115,6 +115,14 @@ def test_xexpy_is_zero_where_x_is_zero_even_if_exp_overflows():
     assert float(jax.grad(xexpy, argnums=0)(0.0, 1.0)) == pytest.approx(np.e, rel=1e-15)
 
 
+def test_xexpy_hessian_is_symmetric_and_right_at_x_zero():
+    # d/dy's guard at x = 0 cut its derivative in x: d2/dx dy was 0 one way, e^y the other
+    plain = lambda p: p[0] * jnp.exp(p[1])  # noqa: E731
+    for p in (jnp.array([0.0, 0.5]), jnp.array([0.7, -1.2])):
+        for second in (jax.hessian, lambda f: jax.jacrev(jax.grad(f))):
+            np.testing.assert_allclose(second(lambda p: xexpy(p[0], p[1]))(p), second(plain)(p), rtol=1e-14)
+
+
 # ----- exprel ----------------------------------------------------------------------------------------
 def _exprel_truth(x):
     """expm1(x) / x and its slope (x e^x - expm1 x) / x^2 in 80-digit decimal arithmetic."""
