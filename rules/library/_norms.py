@@ -171,8 +171,11 @@ def _norm_gradient(x: jax.Array, ord: Any, kind: str, axes: tuple, y: jax.Array)
         # differ from them in the last bit, and then no column would match and the gradient be 0
         hit = sums == (jnp.max if ord > 0 else jnp.min)(sums, axis=kept, keepdims=True)
         return _safe_div(_unit(x) * hit, jnp.sum(hit, axis=kept, keepdims=True).astype(ax.dtype))
+    from .linalg_spectral import _H, _svd_frame  # its second derivatives: NaN, not wrong, at ties
+
     xm = jnp.moveaxis(x, (row, col), (-2, -1))
-    u, s, vt = jnp.linalg.svd(xm, full_matrices=False)
+    u, s, v = _svd_frame(xm)
+    vt = _H(v)
     if ord == "nuc":  # U_r V_r^H over the nonzero singular values: the least-norm subgradient
         keep = (s > jnp.finfo(s.dtype).eps * s.shape[-1] * s[..., :1]).astype(u.dtype)
         g = (u * keep[..., None, :]) @ vt

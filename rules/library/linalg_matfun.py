@@ -351,8 +351,10 @@ def _svd_function(A: jax.Array, f: Callable, df: Callable | None):
         )
     wide = A.shape[-2] < A.shape[-1]
     B = _mT(A) if wide else A
-    u, s, vt = jnp.linalg.svd(B, full_matrices=False)
-    v = _mT(vt)
+    from .linalg_spectral import _svd_frame  # its second derivatives: NaN, not wrong, at ties
+
+    u, s, v = _svd_frame(B)
+    vt = _mT(v)
     fs = f(s)
     dfs = jax.jvp(f, (s,), (jnp.ones_like(s),))[1] if df is None else df(s)
     D1 = _divided_differences(s, fs, dfs)

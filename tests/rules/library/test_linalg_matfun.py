@@ -179,3 +179,35 @@ def test_svd_matrix_function_agrees_with_autodiff_through_svd_at_distinct_singul
     test_frule(mf.svd_matrix_function, np.asarray(A), with_tangent(jnp.sin, NoTangent()))
     with pytest.raises(TypeError, match="svd_matrix_function.*complex"):
         mf.svd_matrix_function(A + 1j, jnp.sin)
+
+
+def test_svd_matrix_function_second_derivatives_are_nan_not_wrong_where_the_svd_frame_is_undetermined():
+    # through JAX's svd derivative (which sets the terms of tied singular values to 0) the
+    # Hessian was finite and wrong: up to 3e32 for sum(W * A) (exactly 0) at ones((4, 3)), a
+    # rank-1 matrix with tied zero singular values; now the frame's tangent is NaN there
+    rng = np.random.default_rng(8)
+    W, E = jnp.asarray(rng.normal(size=(4, 3))), jnp.asarray(rng.normal(size=(4, 3)))
+    loss = lambda A: jnp.sum(W * mf.svd_matrix_function(A, lambda s: s, jnp.ones_like))  # noqa: E731
+    assert np.isnan(jax.hessian(loss)(jnp.ones((4, 3)))).any()
+
+    def second(f, A):  # <E, hessian(f)(A) E> by forward over reverse, and its central difference
+        g, E_ = jax.grad(f), E[: A.shape[0]]
+        return jnp.vdot(E_, jax.jvp(g, (A,), (E_,))[1]), jnp.vdot(E_, (g(A + 1e-5 * E_) - g(A - 1e-5 * E_)) / 2e-5)
+
+    sin_loss = lambda A: jnp.sum(W[: A.shape[0]] * mf.svd_matrix_function(A, jnp.sin))  # noqa: E731
+    for A in (jnp.asarray(sp._M43), jnp.diag(jnp.array([1.0, 2.0, 0.0]))):
+        ad, fd = second(sin_loss, A)  # distinct singular values (one 0, square): right, as before
+        np.testing.assert_allclose(ad, fd, rtol=1e-6)
+
+
+def test_nuclear_norm_second_derivatives_are_nan_not_wrong_at_repeated_singular_values():
+    from rules.library.linalg import norm
+    from rules.library.linalg_polar import polar
+
+    rng = np.random.default_rng(9)
+    E = jnp.asarray(rng.normal(size=(3, 3)))
+    second = lambda f, A: jnp.vdot(E, jax.jvp(jax.grad(f), (A,), (E,))[1])  # noqa: E731
+    nuc, trace_p = (lambda A: norm(A, "nuc")), (lambda A: jnp.trace(polar(A)[1]))  # equal at full rank
+    assert np.isnan(second(nuc, REPEATED))  # was 0.3385 where the truth (polar's) is 0.2970
+    A = jnp.asarray(rng.normal(size=(3, 3)))
+    np.testing.assert_allclose(second(nuc, A), second(trace_p, A), rtol=1e-9)
