@@ -388,6 +388,25 @@ def _lse_weights(a: jax.Array, y_kept: jax.Array) -> jax.Array:
     return jnp.where(empty, 0.0, jnp.exp(jnp.where(empty, 0.0, a - y_kept)))
 
 
+def _lse_value(a: jax.Array, b: jax.Array, axes: tuple[int, ...]) -> jax.Array:
+    """JAX's `logsumexp(a, b=b)` (kept dims), its value bit for bit, with derivatives right where
+    b == 0 (JAX drops those terms, so its d/db_i, and the partials' derivatives, are 0 there).
+
+    Where that value y0 is finite, y = y0 + (log(S) - log(S)) with S = sum(b exp(a - y0)) and y0
+    held: log(sum(b exp(a))) up to a constant, so every derivative is the truth. Elsewhere
+    (an empty sum, an inf, a negative sum): JAX's own, as before."""
+    y0 = jsp.logsumexp(a, axis=axes, b=b, keepdims=True)
+    finite = jnp.isfinite(y0)
+    c = jax.lax.stop_gradient(jnp.where(finite, y0, 0.0))
+    # b == 0 at a == inf: JAX's value drops the term (0 * inf would be nan), and so does this
+    keep = ~((b == 0) & jnp.isposinf(a))
+    terms = jnp.where(keep, b * jnp.exp(jnp.where(keep, a - c, 0.0)), 0.0)
+    s = jnp.sum(terms, axis=axes, keepdims=True)
+    s = jnp.where(finite, s, 1.0)  # safe where unused: no inf * 0 in the unselected branch
+    log_s = jnp.log(s)
+    return jnp.where(finite, c + (log_s - jax.lax.stop_gradient(log_s)), y0)  # c + 0: y0 exactly
+
+
 @primitive(examples=[(np.array([[0.0, 0.7, -1.0], [2.0, 0.3, 0.1]]), np.array([[1.0, 0.0, 2.0], [0.5, 1.0, 0.0]]), 1),
                      (np.array([0.5, -0.2, 1.0], np.float32), np.array([0.0, 1.0, 3.0], np.float32))])  # fmt: skip
 def weighted_logsumexp(a, b, axis=None, keepdims=False):
@@ -423,7 +442,7 @@ def weighted_logsumexp_rrule(a, b, *options, **kw_options):
     project_a, project_b = ProjectTo(a), ProjectTo(b)
     a_, b_ = jnp.broadcast_arrays(jnp.asarray(a), jnp.asarray(b))
     axes = _lse_axes(axis, a_.ndim)
-    y = jsp.logsumexp(a_, axis=axes, b=b_, keepdims=True)
+    y = _lse_value(a_, b_, axes)
     w = _lse_weights(a_, y)
 
     def weighted_logsumexp_pullback(y_bar):

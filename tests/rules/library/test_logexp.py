@@ -234,3 +234,46 @@ def test_second_derivatives_where_a_cotangent_or_x_is_zero_are_jaxs(ours, refere
         got = second(lambda *a: loss(ours, *a), argnums)(*point)
         expected = second(lambda *a: loss(reference, *a), argnums)(*point)
         np.testing.assert_allclose(np.array(got), np.array(expected), rtol=1e-12, atol=1e-15)
+
+
+# ----- weighted_logsumexp: second derivatives where a weight is 0 ---------------------------------
+def _plain_weighted_lse(axis=None, keepdims=False):
+    def f(a, b):  # log(sum(b exp(a))) in plain JAX, right in b at b == 0 where the sum is positive
+        m = jax.lax.stop_gradient(jnp.max(a, axis=axis, keepdims=True))
+        y = jnp.squeeze(m, axis) if not keepdims else m
+        return y + jnp.log(jnp.sum(b * jnp.exp(a - m), axis=axis, keepdims=keepdims))
+
+    return f
+
+
+WLSE_POINTS = [  # (a, b, axis): the registered examples (zero weights), the brief's point, an ordinary one
+    (np.array([[0.0, 0.7, -1.0], [2.0, 0.3, 0.1]]), np.array([[1.0, 0.0, 2.0], [0.5, 1.0, 0.0]]), 1),
+    (np.array([0.5, -0.2, 1.0]), np.array([0.0, 1.0, 3.0]), None),
+    (np.zeros(3), np.array([1.0, 1.0, 0.0]), None),
+    (np.array([0.5, -1.0, 2.0]), np.array([1.0, 0.5, 2.0]), None),
+]
+
+
+@pytest.mark.parametrize("a, b, axis", WLSE_POINTS, ids=["example-axis1", "example-f32-point", "zeros", "ordinary"])
+@pytest.mark.parametrize("mode", ["fwd-over-rev", "rev-over-rev"])
+def test_weighted_logsumexp_second_derivatives_where_a_weight_is_zero(a, b, axis, mode):
+    # JAX's derivative of logsumexp in b drops the terms with b == 0; the pullback's partials are
+    # built from y, so their derivatives (the Hessian) were 0 there. True: d2y/db_i db_j = -e^(a_i + a_j) / S^2.
+    outer = jax.jacfwd if mode == "fwd-over-rev" else jax.jacrev
+    ours = lambda a, b: jnp.sum(logexp.weighted_logsumexp(a, b, axis) ** 2)
+    plain = lambda a, b: jnp.sum(_plain_weighted_lse(axis)(a, b) ** 2)
+    for argnums in ((0, 1), 1, 0):
+        got = outer(jax.jacrev(ours, argnums), argnums)(jnp.asarray(a), jnp.asarray(b))
+        expected = outer(jax.jacrev(plain, argnums), argnums)(jnp.asarray(a), jnp.asarray(b))
+        np.testing.assert_allclose(np.array(got), np.array(expected), rtol=1e-12, atol=1e-14)
+
+
+def test_weighted_logsumexp_hessian_in_b_at_a_zero_weight_is_the_truth():
+    h = jax.hessian(logexp.weighted_logsumexp, argnums=1)(jnp.zeros(3), jnp.array([1.0, 1.0, 0.0]))
+    np.testing.assert_allclose(np.array(h), np.full((3, 3), -0.25), rtol=1e-14)  # -e^(a_i + a_j) / S^2, S = 2
+    # keepdims and the values and first derivatives unchanged
+    a, b = jnp.array([[0.0, 0.7], [2.0, 0.3]]), jnp.array([[1.0, 0.0], [0.0, 1.0]])
+    f = lambda a, b: jnp.sum(logexp.weighted_logsumexp(a, b, 0, True) ** 2)
+    g = lambda a, b: jnp.sum(_plain_weighted_lse(0, True)(a, b) ** 2)
+    np.testing.assert_allclose(np.array(jax.hessian(f, (0, 1))(a, b)), np.array(jax.hessian(g, (0, 1))(a, b)),
+                               rtol=1e-12, atol=1e-14)
