@@ -8,6 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_derivatives import SymbolicZero
 
 
 def _safe_div(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -122,11 +123,63 @@ def _shared_max(x: jax.Array, a: jax.Array, y: jax.Array, axes: tuple) -> jax.Ar
 def _p_gradient(x: jax.Array, a: jax.Array, p: Any, y: jax.Array, axes: tuple) -> jax.Array:
     """d y / d x for y = ||x||_p, p real (traced or not): unit(x) (a / y)^(p - 1); 0 at a = 0
     and wherever y = 0 (the zero subgradient); ties share max / min for p = +-inf; 0 for p = 0."""
-    r = _safe_div(a, y)
     finite = jnp.isfinite(p) & (p != 0)
     q = jnp.where(finite, p, 2).astype(a.dtype)
-    g = _unit(x) * jnp.where((a == 0) | (y == 0), 0, r ** (q - 1)).astype(a.dtype)
+    if jnp.iscomplexobj(x):
+        g = _unit(x) * jnp.where((a == 0) | (y == 0), 0, _safe_div(a, y) ** (q - 1)).astype(a.dtype)
+    else:
+        # sign(t) |t|^(q - 1), t = x / y, by `_signed_power`, so that its own derivative at a zero
+        # entry is right: (q - 1) |t|^(q - 2) = 1 at p = 2, 0 for p > 2, inf for 1 < p < 2. Only
+        # where it is singular is it masked (input and output, so that no 0 * inf reaches the
+        # tangents): y = 0, and zero entries for p <= 1 (sign's jump; |t|^(q - 1) infinite for p < 1)
+        singular = (y == 0) | ((a == 0) & (q <= 1))
+        t = jnp.where(singular, 1, _safe_div(x, y))
+        g = jnp.where(singular, 0, _signed_power(t, q - 1)).astype(a.dtype)
     return jnp.where(finite, g, jnp.where(p == 0, 0, _shared_max(x, a, y, axes)))
+
+
+def _power_tangent(t, e, t_dot, e_dot, value, slope):
+    """The tangent of |t|^e or sign(t) |t|^e (value): slope(t, e) t_dot + value log|t| e_dot (0 at
+    t = 0); an unperturbed argument (a symbolic zero) adds nothing, not 0 * inf."""
+    out = jnp.zeros_like(value)
+    if not isinstance(t_dot, SymbolicZero):
+        flat = (e == 0) & (t == 0)  # sign's and 1's slope: 0 (not 0 * |0|^-1 = NaN)
+        out = out + jnp.where(flat, 0, e * slope(t, jnp.where(flat, 1, e) - 1)) * t_dot
+    if not isinstance(e_dot, SymbolicZero):
+        zero = t == 0
+        out = out + jnp.where(zero, 0, value * jnp.log(jnp.abs(jnp.where(zero, 1, t)))) * e_dot
+    return out
+
+
+@jax.custom_jvp
+def _signed_power(t: jax.Array, e: jax.Array) -> jax.Array:
+    """sign(t) |t|^e for real t (0 at t = 0 for e >= 0), whose derivatives are right at t = 0 to
+    every order where they exist: e |t|^(e - 1) by `_abs_power` (1 at e = 1: t itself), 0 at
+    e = 0 (sign's, away from its jump). JAX's sign(t) * |t|**e has 0 there (both factors' slopes
+    are 0 at 0, and the product rule misses that sign(t) |t| = t)."""
+    return jnp.sign(t) * jnp.abs(t) ** e
+
+
+@jax.custom_jvp
+def _abs_power(t: jax.Array, e: jax.Array) -> jax.Array:
+    """|t|^e for real t, its slope e sign(t) |t|^(e - 1) by `_signed_power` (0 at e = 0)."""
+    return jnp.abs(t) ** e
+
+
+def _signed_power_jvp(primals, tangents):
+    (t, e), (t_dot, e_dot) = primals, tangents
+    value = _signed_power(t, e)
+    return value, _power_tangent(t, e, t_dot, e_dot, value, _abs_power)
+
+
+def _abs_power_jvp(primals, tangents):
+    (t, e), (t_dot, e_dot) = primals, tangents
+    value = _abs_power(t, e)
+    return value, _power_tangent(t, e, t_dot, e_dot, value, _signed_power)
+
+
+_signed_power.defjvp(_signed_power_jvp, symbolic_zeros=True)
+_abs_power.defjvp(_abs_power_jvp, symbolic_zeros=True)
 
 
 def _p_partial(a: jax.Array, p: Any, y: jax.Array, axes: tuple) -> jax.Array:

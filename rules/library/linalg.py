@@ -102,7 +102,9 @@ def norm(x: jax.Array, ord: Any = None, axis: Any = None, keepdims: bool = False
     transformation a Python float argument is), including p = +-inf (max / min |x|,
     d/dp = 0) and p = 0 (the count of nonzero entries, d/dp NaN: the norm jumps there;
     ChainRules returns 0). Zero entries of x get 0 for every p (ChainRules' convention also
-    for 0 < p < 1, where |x_i|^p has no derivative at 0). Matrix norms need a static ord.
+    for 0 < p < 1, where |x_i|^p has no derivative at 0); the gradient's own derivative there is
+    the true one (real x): 1 / y at p = 2, 0 for p > 2, inf for 1 < p < 2. Matrix norms need a
+    static ord.
 
     Args:
       x: an array.

@@ -412,3 +412,71 @@ def test_matrix_max_norm_gradient_does_not_hang_on_the_last_bit_of_the_norm(ord)
     off = _norms._norm_gradient(M, ord, "matrix", (1, 0), y * (1 + jnp.finfo(y.dtype).eps))
     np.testing.assert_array_equal(off, exact)
     np.testing.assert_allclose(exact, jax.grad(lambda m: jnp.linalg.norm(m, ord, axis=(1, 0)))(M), rtol=1e-12)
+
+
+# ----- second derivatives of a float p-norm at a zero entry ---------------------------------------
+def _p_norm_derivatives(x, p):
+    """||x||_p, its gradient g and Hessian H in closed form (NumPy), right at zero entries too:
+    g = sign(t) |t|^(p-1), H = (p-1)/y (diag |t|^(p-2) - g g^T), t = x / y."""
+    x = np.asarray(x, dtype=float)
+    y = np.sum(np.abs(x) ** p) ** (1 / p)
+    t = x / y
+    g = np.sign(t) * np.abs(t) ** (p - 1)
+    return y, g, (p - 1) / y * (np.diag(np.abs(t) ** (p - 2)) - np.outer(g, g))
+
+
+def _normalize_hessian(x, p, w):
+    """The Hessian of w . x / ||x||_p in closed form, from the norm's."""
+    x = np.asarray(x, dtype=float)
+    n, g, H = _p_norm_derivatives(x, p)
+    wx, wg = w @ x, np.outer(w, g)
+    return -(wg + wg.T) / n**2 - wx * H / n**2 + 2 * wx * np.outer(g, g) / n**3
+
+
+_SECOND = {"forward-over-reverse": lambda f: jax.jacfwd(jax.grad(f)),
+           "reverse-over-reverse": lambda f: jax.jacrev(jax.grad(f)), "hessian": jax.hessian}
+
+
+@pytest.mark.parametrize("mode", _SECOND)
+@pytest.mark.parametrize("p", [2.0, 3.0, 2.5])
+@pytest.mark.parametrize("x", [[0.0, 3.0, -4.0], [0.6, -1.2, 0.9], [0.0, 0.0, 2.0]],
+                         ids=["zero-entry", "ordinary", "two-zeros"])
+def test_norm_with_a_float_p_has_the_true_hessian_at_a_zero_entry(p, x, mode):
+    # the gradient's "zero entries get 0" mask had zeroed the Hessian there too: p = 2.0 gave 0, not 1 / y
+    x = jnp.array(x)
+    _, g, H = _p_norm_derivatives(x, p)
+    np.testing.assert_allclose(jax.grad(la.norm)(x, p), g, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(_SECOND[mode](lambda x: la.norm(x, p))(x), H, rtol=1e-12, atol=1e-15)
+    # traced p (under jit, and as jnp.float64)
+    hess = jax.jit(lambda x, p: _SECOND[mode](lambda x: la.norm(x, p))(x))
+    np.testing.assert_allclose(hess(x, jnp.float64(p)), H, rtol=1e-12, atol=1e-15)
+    if 0.0 not in x.tolist():  # the closed form is plain JAX's away from zero entries
+        np.testing.assert_allclose(H, jax.hessian(lambda x: jnp.sum(jnp.abs(x) ** p) ** (1 / p))(x), rtol=1e-12)
+
+
+@pytest.mark.parametrize("mode", _SECOND)
+@pytest.mark.parametrize("p", [2.0, 3.0, 2.5])
+@pytest.mark.parametrize("x", [[0.0, 3.0, -4.0], [0.6, -1.2, 0.9]], ids=["zero-entry", "ordinary"])
+def test_normalize_with_a_float_p_has_the_true_hessian_at_a_zero_entry(p, x, mode):
+    x, w = jnp.array(x), np.array([0.3, -0.5, 0.8])
+    loss = lambda x: w @ la.normalize(x, None, p)  # noqa: E731
+    H = _normalize_hessian(x, p, w)
+    np.testing.assert_allclose(_SECOND[mode](loss)(x), H, rtol=1e-12, atol=1e-15)
+    if p == 2.0 or 0.0 not in x.tolist():  # plain JAX agrees where it is right
+        plain = jax.hessian(lambda x: w @ (x / jnp.sum(jnp.abs(x) ** p) ** (1 / p)))(x)
+        np.testing.assert_allclose(H, plain, rtol=1e-12, atol=1e-15)
+    # the component the report probed: x / ||x|| at [0, 3, 4], entry 1 of the Hessian of its second entry
+    if p == 2.0:
+        e1 = lambda x: la.normalize(x, None, 2.0)[1]  # noqa: E731
+        np.testing.assert_allclose(_SECOND[mode](e1)(jnp.array([0.0, 3.0, 4.0])),
+                                   jax.hessian(lambda x: (x / jnp.linalg.norm(x))[1])(jnp.array([0.0, 3.0, 4.0])),
+                                   rtol=1e-12, atol=1e-15)
+
+
+def test_norm_with_a_float_p_keeps_its_conventions_at_zero_entries_for_p_up_to_2():
+    x = jnp.array([0.0, 3.0, -4.0])
+    for p in (0.5, 1.0, 1.5):  # first derivatives unchanged: zero entries get 0
+        assert float(jax.grad(la.norm)(x, p)[0]) == 0.0
+    assert float(jax.hessian(la.norm)(x, 1.0)[0, 0]) == 0.0  # sign's slope away from its jump
+    # 1 < p < 2: the true second derivative at a zero entry is infinite, and is inf (not 0)
+    assert float(jax.jacfwd(jax.grad(la.norm))(x, 1.5)[0, 0]) == np.inf
