@@ -81,9 +81,13 @@ _SECOND = {"fwd-rev": jax.hessian, "rev-rev": lambda f: jax.jacrev(jax.grad(f)),
 _NEAR = jnp.eye(3) + 1e-6 * (G + G.T)  # eigenvalues 1e-6 apart
 
 
-@pytest.mark.parametrize("second", list(_SECOND.values()), ids=list(_SECOND))
-@pytest.mark.parametrize("A", [jnp.eye(3), jnp.zeros((3, 3)), REPEATED, _NEAR, jnp.asarray(mf._S3)], ids=["I", "0", "repeated", "near", "distinct"])
-def test_matrix_functions_second_derivatives_are_exact_at_repeated_eigenvalues(A, second):
+_POINTS = {"I": jnp.eye(3), "0": jnp.zeros((3, 3)), "repeated": REPEATED, "near": _NEAR, "distinct": jnp.asarray(mf._S3)}
+_CASES = [("I", mode) for mode in _SECOND] + [(point, "fwd-rev") for point in list(_POINTS)[1:]]  # every mode once
+
+
+@pytest.mark.parametrize("point, mode", _CASES, ids=[f"{p}-{m}" for p, m in _CASES])
+def test_matrix_functions_second_derivatives_are_exact_at_repeated_eigenvalues(point, mode):
+    A, second = _POINTS[point], _SECOND[mode]
     # through eigh they were NaN at every repeated eigenvalue (jax.hessian of expm_sym at 0 too)
     expected = second(lambda A: jnp.sum(G * jsl.expm((A + A.T) / 2)))(A)
     np.testing.assert_allclose(second(lambda A: jnp.sum(G * mf.expm_sym(A)))(A), expected, rtol=1e-9, atol=1e-10)
