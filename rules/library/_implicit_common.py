@@ -116,6 +116,7 @@ class _Report:
     fix: str
     limit: str = ""
     adjoint: bool = False
+    tangent: bool = False  # the tangent solve of forward mode (see `_implicit_solution`)
 
     def message(self, residual: Any, iterations: Any, tol: Any, failed: Any = True) -> str:
         failed = np.asarray(failed, bool)
@@ -127,13 +128,18 @@ class _Report:
             got += ": the iterates are not finite (NaN or inf)"
         if failed.ndim:
             got += f"; {int(failed.sum())} of {failed.size} batch elements failed (the first is shown)"
-        solve, result = ("the adjoint solve of its pullback", "gradient") if self.adjoint else ("its solver", "result")
+        if self.tangent:
+            solve, result = "the tangent solve of its forward-mode derivative", "derivative"
+        elif self.adjoint:
+            solve, result = "the adjoint solve of its pullback", "gradient"
+        else:
+            solve, result = "its solver", "result"
         return format_message(
             f"`{self.api}`: {solve} stopped before meeting its tolerance, so the {result} would be silently wrong",
             expected=f"residual <= tol = {t:.3g}, the residual being {self.measure}",
             got=got,
             fix=f"{self.fix}, or pass throw=False to accept the unconverged {result}"
-            + ("" if self.adjoint else " (full_output=True then reports residual, iterations, converged)"),
+            + ("" if self.adjoint or self.tangent else " (full_output=True then reports residual, iterations, converged)"),
         )
 
 
@@ -449,6 +455,39 @@ def _adjoint_solve(
         return u if report is None else _check_converged(u, info, tol, u, report)
 
     return jax.lax.custom_linear_solve(op, rhs, solve, solve, symmetric=_transpose_symmetric(rhs, symmetric)), None
+
+
+def _implicit_solution(
+    solver: Callable, G: Callable, tangent_solve: Callable, x0: PyTree, params: PyTree, tol: jax.Array
+) -> tuple[PyTree, SolveInfo]:
+    """`solver(x0, params, tol) -> (x*, info)`, x* differentiated in forward mode as the
+    solution of G(x*, params) = 0 (the implicit function theorem): x_dot solves
+    (dG/dx) x_dot = -(dG/dparams) params_dot at x*, by `tangent_solve(op, rhs, tol)`, a solve
+    JAX can transpose (so reverse mode through it works too). x0, tol and info have no derivative.
+
+    Without it JAX differentiates the solver's while_loop, whose tangent iterates only as long
+    as the primal does: wrong when x0 is x* (one step). That is what runs under `jax.hessian`,
+    where a rule's own forward pass calls the plain solver (`rules._lowering.bypass_in_own_rule`).
+    The callables must not close over traced values (the solvers' static parts do not).
+    """
+
+    @jax.custom_jvp
+    def solve(x0, params, tol):
+        return solver(x0, params, tol)
+
+    @solve.defjvp
+    def solve_jvp(primals, tangents):
+        x0, params, tol = primals
+        x_star, info = solve(x0, params, tol)
+        g_dot = jax.jvp(lambda p: G(x_star, p), (params,), (tangents[1],))[1]
+
+        def op(v):
+            return jax.jvp(lambda x: G(x, params), (x_star,), (v,))[1]
+
+        x_dot = tangent_solve(op, _tree_neg(g_dot), tol)
+        return (x_star, info), (x_dot, jax.tree_util.tree_map(_zero_tangent, info))
+
+    return solve(x0, params, tol)
 
 
 def _real_pairs(op: Callable, rhs: PyTree) -> tuple[Callable, jax.Array, Callable]:

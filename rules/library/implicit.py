@@ -15,11 +15,16 @@ static part as a static argument, so repeated eager calls reuse one compilation.
 
 No silent wrong answers: a solver that stops without meeting its tolerance (max_iter reached,
 NaN or inf) raises `ConvergenceError` (eagerly; under `jax.jit` a runtime error carrying the
-same message), in the forward solve and in the pullback's adjoint solve, unless `throw=False`.
+same message), in the forward solve, in the pullback's adjoint solve and in forward mode's
+tangent solve, unless `throw=False`.
 `full_output=True` returns `(x, SolveInfo(residual, iterations, converged))`.
 
 The adjoint solves are linear solves JAX can transpose (`lax.custom_linear_solve`, their
 convergence check inside), so forward mode works too: the lowering transposes the pullback.
+Second derivatives (`jax.hessian`, forward over reverse) run the plain solver inside the
+rule; its x* is differentiated implicitly as well (a `jax.custom_jvp` whose tangent solves
+(dG/dx) x_dot = -(dG/dtheta) theta_dot at x*), not through the loop, whose tangent stops when
+the iterates do: so they do not depend on where the solver started, even at x0 = x*.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ from ._implicit_common import (
     _floor_tol,
     _forward_solve,
     _gmres_loop,
+    _implicit_solution,
     _info_without_gradient,
     _is_traced,
     _krylov_loop,
@@ -137,6 +143,22 @@ def _iterate_impl(
 _iterate = jax.jit(_iterate_impl, static_argnames=("f", "max_iter"))
 
 
+def _richardson(op: Callable, b: PyTree, tol: Any, *, max_iter: int) -> tuple[PyTree, SolveInfo]:
+    """op(v) = b for op = I - M with M contracting: the iteration v <- v + b - op(v) = b + M v."""
+    return _iterate_impl(lambda v, b: _tree_add(v, _tree_sub(b, op(v))), b, b, tol, max_iter, floor=0.0)
+
+
+def _solve_identity_minus(op, rhs, tol, max_iter, adjoint, eager, report):
+    """op(u) = rhs, op = I - (df/dx) or its transpose, by Richardson iteration or by GMRES
+    (on real pairs: op is only R-linear for complex x); eager and report as `_adjoint_solve`'s."""
+    if adjoint == "gmres":
+        op_real, rhs_real, back = _real_pairs(op, rhs)
+        loop = functools.partial(_gmres_loop, maxiter=max_iter)
+        u_real, info = _adjoint_solve(loop, op_real, rhs_real, tol, False, eager, report)
+        return back(u_real), info
+    return _adjoint_solve(functools.partial(_richardson, max_iter=max_iter), op, rhs, tol, False, eager, report)
+
+
 @functools.partial(jax.jit, static_argnames=("f", "max_iter", "adjoint", "eager", "report"))
 def _fixed_point_adjoint(f, x_star, theta, x_bar, tol, max_iter, adjoint, eager, report):
     """u = x_bar + (df/dx)^T u at x*, then theta_bar = (df/dtheta)^T u (ChainRules' convention).
@@ -149,29 +171,42 @@ def _fixed_point_adjoint(f, x_star, theta, x_bar, tol, max_iter, adjoint, eager,
     def op(u):
         return _tree_sub(u, _cast_like(_dense(f_pullback(u)[1], x_star), x_star))
 
-    if adjoint == "gmres":
-        op_real, rhs_real, back = _real_pairs(op, x_bar)
-        loop = functools.partial(_gmres_loop, maxiter=max_iter)
-        u_real, info = _adjoint_solve(loop, op_real, rhs_real, _floor_tol(tol, x_star), False, eager, report)
-        u = back(u_real)
-    else:
-        def richardson(op, b, tol):
-            return _iterate_impl(lambda v, b: _tree_add(v, _tree_sub(b, op(v))), b, b, tol, max_iter, floor=0.0)
-
-        u, info = _adjoint_solve(richardson, op, x_bar, _floor_tol(tol, x_star), False, eager, report)
+    u, info = _solve_identity_minus(op, x_bar, _floor_tol(tol, x_star), max_iter, adjoint, eager, report)
     return unthunk(f_pullback(u)[2]), info
 
 
-def _fixed_point_reports(max_iter: int, adjoint: str) -> tuple[_Report, _Report]:
+def _fixed_point_solution(f, x0, params, tol, max_iter, adjoint, throw):
+    """x* and its SolveInfo, x* differentiated in forward mode by (I - df/dx) x_dot = (df/dtheta) theta_dot."""
+    _, _, tangent_report = _fixed_point_reports(max_iter, adjoint)
+
+    def solver(x0, params, tol):
+        return _iterate(f, x0, params, tol, max_iter)
+
+    def G(x, params):
+        return _tree_sub(x, _cast_like(f(x, params), x))
+
+    def tangent_solve(op, rhs, tol):
+        report = tangent_report if throw else None
+        return _solve_identity_minus(op, rhs, _floor_tol(tol, rhs), max_iter, adjoint, False, report)[0]
+
+    return _implicit_solution(solver, G, tangent_solve, x0, params, tol)
+
+
+def _fixed_point_reports(max_iter: int, adjoint: str) -> tuple[_Report, _Report, _Report]:
+    """The reports of the forward solve, the pullback's adjoint solve and forward mode's tangent solve."""
     limit = f"max_iter={max_iter}"
     forward = _Report("fixed_point", "|x_{k+1} - x_k|_inf / (1 + |x_{k+1}|_inf)",
                       f"{_FIX}, or check that f contracts near x* (|df/dx| < 1)", limit)
     if adjoint == "gmres":
-        measure, fix = "|u - (df/dx)^T u - x_bar|_2 / |x_bar|_2 (GMRES; iterations are restarts)", _FIX
+        gmres = "(GMRES; iterations are restarts)"
+        measures = (f"|u - (df/dx)^T u - x_bar|_2 / |x_bar|_2 {gmres}", f"|v - (df/dx) v - b|_2 / |b|_2 {gmres}")
+        fix = _FIX
     else:
-        measure = "|u_{k+1} - u_k|_inf / |u_{k+1}|_inf for u = x_bar + (df/dx)^T u"
+        measures = ("|u_{k+1} - u_k|_inf / |u_{k+1}|_inf for u = x_bar + (df/dx)^T u",
+                    "|v_{k+1} - v_k|_inf / |v_{k+1}|_inf for v = (df/dtheta) theta_dot + (df/dx) v")
         fix = f"{_FIX}, use adjoint='gmres' (for a slowly contracting f)"
-    return forward, _Report("fixed_point", measure, fix, limit, adjoint=True)
+    return (forward, _Report("fixed_point", measures[0], fix, limit, adjoint=True),
+            _Report("fixed_point", measures[1], fix, limit, tangent=True))
 
 
 @primitive(
@@ -221,8 +256,8 @@ def fixed_point(
       max_iter: at most this many iterations (forward, and adjoint).
       adjoint: "iterate" (u <- x_bar + (df/dx)^T u, which converges at the forward
         iteration's rate) or "gmres" (GMRES on I - (df/dx)^T, for slowly contracting maps).
-      throw: raise `ConvergenceError` when the forward or the adjoint solve stops without
-        meeting tol (max_iter reached, or NaN/inf). Under `jax.jit` and `jax.vmap` the check
+      throw: raise `ConvergenceError` when the forward, the adjoint or the tangent solve
+        (forward mode, e.g. under `jax.hessian`) stops without meeting tol (max_iter reached, or NaN/inf). Under `jax.jit` and `jax.vmap` the check
         runs on the device and raises when the result is computed (if any batch element
         failed), as a `JaxRuntimeError` carrying the same message. False: no check; the
         last iterate is returned as it is.
@@ -260,8 +295,8 @@ def fixed_point(
     if adjoint not in ("iterate", "gmres"):
         raise ValueError(f"`fixed_point`: adjoint must be 'iterate' or 'gmres'; got {adjoint!r}.")
     bound, arrays = _bind(f, "fixed_point", "f")
-    x, info = _iterate(bound, x0, (arrays, theta), _tol(tol), max_iter)
-    report, _ = _fixed_point_reports(max_iter, adjoint)
+    x, info = _fixed_point_solution(bound, x0, (arrays, theta), _tol(tol), max_iter, adjoint, throw)
+    report, _, _ = _fixed_point_reports(max_iter, adjoint)
     return _finish(x, info, tol, report, throw, full_output)
 
 
@@ -271,7 +306,7 @@ def fixed_point_rrule(f, x0, theta, *, tol=1e-12, max_iter=1000, adjoint="iterat
     bound, arrays = _bind(f, "fixed_point", "f")
     project_theta = ProjectTo(theta)
     x0_bar = _x0_cotangent(x0)
-    _, report = _fixed_point_reports(max_iter, adjoint)
+    _, report, _ = _fixed_point_reports(max_iter, adjoint)
 
     def fixed_point_pullback(y_bar):
         x_bar = _x_cotangent(y_bar, full_output)
@@ -353,6 +388,22 @@ def _newton(F: Callable, x0: jax.Array, theta: PyTree, tol: Any, max_iter: int) 
     return x_star, SolveInfo(residual, k, converged)
 
 
+def _root_solution(F, x0, params, tol, max_iter):
+    """x* and its SolveInfo, x* differentiated in forward mode by (dF/dx) x_dot = -(dF/dtheta) theta_dot
+    (a dense solve, as Newton's steps)."""
+
+    def solver(x0, params, tol):
+        return _newton(F, x0, params, tol, max_iter)
+
+    def G(x, params):
+        return F(x, params).astype(x.dtype)
+
+    def tangent_solve(op, rhs, tol):
+        return jnp.linalg.solve(jax.jacfwd(op)(rhs), rhs)  # op is linear: its Jacobian anywhere
+
+    return _implicit_solution(solver, G, tangent_solve, x0, params, tol)
+
+
 @functools.partial(jax.jit, static_argnames=("F",))
 def _root_adjoint(F, x_star, theta, x_bar):
     """(dF/dx)^T u = -x_bar at x*, then theta_bar = (dF/dtheta)^T u."""
@@ -425,7 +476,7 @@ def root(
     """
     bound, arrays = _bind(F, "root", "F")
     x0 = _check_vector(x0, "root")
-    x, info = _newton(bound, x0, (arrays, theta), _tol(tol), max_iter)
+    x, info = _root_solution(bound, x0, (arrays, theta), _tol(tol), max_iter)
     report = _Report("root", "|t dx|_inf / (1 + |x|_inf), the last damped Newton step",
                      f"{_FIX}, or start x0 nearer the root (Newton converges from its basin)", f"max_iter={max_iter}")
     return _finish(x, info, tol, report, throw, full_output)
@@ -527,8 +578,8 @@ def linear_solve(
       tol: relative residual tolerance |A x - b|_2 <= tol |b|_2 (forward and adjoint), never
         tighter than 10 eps. (CG tests its recursively updated residual, GMRES the true one.)
       maxiter: as in `jax.scipy.sparse.linalg.cg` / `gmres` (for GMRES, restarts); default 10 n.
-      throw: raise `ConvergenceError` when the forward or the adjoint solve stops without
-        meeting tol (maxiter reached, or NaN/inf); under `jax.jit` a runtime error with the
+      throw: raise `ConvergenceError` when the forward, the adjoint or the tangent solve
+        (forward mode, e.g. under `jax.hessian`) stops without meeting tol (maxiter reached, or NaN/inf); under `jax.jit` a runtime error with the
         same message (see `fixed_point`). False: no check.
       full_output: also return a `SolveInfo`; its residual is |r|_2 / |b|_2 and its
         iterations are CG steps or GMRES restarts.
@@ -666,6 +717,31 @@ def _argmin_adjoint(loss, x_star, theta, x_bar, tol, eager, report):
     return unthunk(grad_pullback(u)[2]), info
 
 
+def _argmin_report(adjoint: bool) -> _Report:
+    """The report of the pullback's adjoint solve (adjoint) or of forward mode's tangent solve."""
+    measure = "|H u + x_bar|_2 / |x_bar|_2" if adjoint else "|H v - b|_2 / |b|_2"
+    return _Report("argmin", f"{measure} (CG on Hessian-vector products)",
+                   "loosen tol, or check that x* is a strict local minimiser (H positive definite)",
+                   "at most 10 n CG steps", adjoint=adjoint, tangent=not adjoint)
+
+
+def _argmin_solution(loss, x0, params, tol, method, max_iter, throw):
+    """x* and its SolveInfo, x* differentiated in forward mode by H x_dot = -(d grad_x loss / dtheta) theta_dot (CG)."""
+
+    def solver(x0, params, tol):
+        return _minimise(loss, x0, params, tol, method, max_iter)
+
+    def G(x, params):
+        return jax.grad(loss)(x, params)
+
+    def tangent_solve(op, rhs, tol):
+        loop = _krylov_loop("cg", rhs, None)
+        report = _argmin_report(adjoint=False) if throw else None
+        return _adjoint_solve(loop, op, rhs, _floor_tol(tol, rhs), True, False, report)[0]
+
+    return _implicit_solution(solver, G, tangent_solve, x0, params, tol)
+
+
 @primitive(
     examples=[
         (_logistic_ridge, np.zeros(3), (_F43, _Y4, np.array(0.5))),
@@ -703,9 +779,9 @@ def argmin(
       tol: stop when the step is at most tol (1 + |x|_inf) (never tighter than 10 eps); also
         CG's relative tolerance in the pullback (at most 10 n CG steps).
       max_iter: at most this many steps.
-      throw: raise `ConvergenceError` when the optimiser or the pullback's CG stops without
-        meeting tol (max_iter reached, or NaN/inf); under `jax.jit` a runtime error with the
-        same message (see `fixed_point`). False: no check.
+      throw: raise `ConvergenceError` when the optimiser or the pullback's (or forward
+        mode's) CG stops without meeting tol (max_iter reached, or NaN/inf); under `jax.jit`
+        a runtime error with the same message (see `fixed_point`). False: no check.
       full_output: also return a `SolveInfo`; its residual is the last step
         |t d|_inf / (1 + |x|_inf) (0 where the gradient is exactly 0).
 
@@ -734,7 +810,7 @@ def argmin(
         raise ValueError(f"`argmin`: method must be 'newton' or 'gradient_descent'; got {method!r}.")
     _check_real(x0, "argmin")
     bound, arrays = _bind(loss, "argmin", "loss")
-    x, info = _minimise(bound, x0, (arrays, theta), _tol(tol), method, max_iter)
+    x, info = _argmin_solution(bound, x0, (arrays, theta), _tol(tol), method, max_iter, throw)
     report = _Report("argmin", f"|t d|_inf / (1 + |x|_inf), the last {method} step",
                      f"{_FIX}" + (", or use method='newton'" if method == "gradient_descent" else ""),
                      f"max_iter={max_iter}")
@@ -747,9 +823,7 @@ def argmin_rrule(loss, x0, theta, *, method="newton", tol=1e-12, max_iter=1000, 
     bound, arrays = _bind(loss, "argmin", "loss")
     project_theta = ProjectTo(theta)
     x0_bar = _x0_cotangent(x0)
-    report = _Report("argmin", "|H u + x_bar|_2 / |x_bar|_2 (CG on Hessian-vector products)",
-                     "loosen tol, or check that x* is a strict local minimiser (H positive definite)",
-                     "at most 10 n CG steps", adjoint=True)
+    report = _argmin_report(adjoint=True)
 
     def argmin_pullback(y_bar):
         x_bar = _x_cotangent(y_bar, full_output)

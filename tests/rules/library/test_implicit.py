@@ -20,6 +20,7 @@ from rules.library._implicit_common import (
     _shifted_matvec,
     _spd_matvec,
 )
+from rules.library import implicit
 from rules.library.implicit import ConvergenceError, SolveInfo, argmin, fixed_point, linear_solve, root
 
 W = jnp.array([[0.3, -0.4, 0.2], [0.1, 0.5, -0.3], [-0.2, 0.25, 0.4]])
@@ -48,7 +49,7 @@ def _unrolled_fixed_point(theta, n=200):
 
 def test_fixed_point_gradient_where_the_while_loop_has_none():
     def plain(theta):
-        return SEED @ fixed_point.fn(_deq_layer, jnp.zeros(3), theta)  # the bare while_loop
+        return SEED @ implicit._iterate(_deq_layer, jnp.zeros(3), theta, 1e-12, 1000)[0]  # the bare while_loop
 
     with pytest.raises(ValueError, match="Reverse-mode differentiation does not work for lax.while_loop"):
         jax.grad(plain)((W, B))
@@ -67,7 +68,7 @@ def test_root_gradient_where_newtons_loop_has_none():
         return SEED @ jax.lax.fori_loop(0, 30, newton_step, jnp.zeros(3))
 
     with pytest.raises(ValueError, match="while_loop"):
-        jax.grad(lambda t: SEED @ root.fn(_coupled, jnp.zeros(3), t))(theta)
+        jax.grad(lambda t: SEED @ implicit._newton(_coupled, jnp.zeros(3), t, 1e-12, 50)[0])(theta)
     ours = jax.grad(lambda t: SEED @ root(_coupled, jnp.zeros(3), t))(theta)
     assert_trees_close(ours, jax.grad(unrolled)(theta), rtol=1e-6)
     x = root(_coupled, jnp.zeros(3), theta)
@@ -84,7 +85,7 @@ def test_argmin_gradient_is_the_bilevel_gradient():
         return SEED @ jax.lax.fori_loop(0, 300, descent_step, jnp.zeros(3))
 
     with pytest.raises(ValueError, match="while_loop"):
-        jax.grad(lambda t: SEED @ argmin.fn(_logistic_ridge, jnp.zeros(3), t))(theta)
+        jax.grad(lambda t: SEED @ implicit._minimise(_logistic_ridge, jnp.zeros(3), t, 1e-12, "newton", 1000)[0])(theta)
     ours = jax.grad(lambda t: SEED @ argmin(_logistic_ridge, jnp.zeros(3), t))(theta)
     assert_trees_close(ours, jax.jit(jax.grad(unrolled))(theta), rtol=1e-6)
 
@@ -176,6 +177,67 @@ def test_hessian_works_forward_over_reverse():
 
     t = jnp.array([0.3, -0.5])
     np.testing.assert_allclose(jax.hessian(loss)(t), jax.hessian(unrolled)(t), rtol=1e-6, atol=1e-12)
+
+
+def _tanh_map(x, t):
+    return 0.5 * jnp.tanh(t[0] * x) + t[1]
+
+
+def _quartic(x, t):  # stationary where x^3 + t0 x = t1
+    return jnp.sum(0.25 * x**4 + 0.5 * t[0] * x**2 - t[1] * x)
+
+
+def _unrolled(step, x0, n=300):
+    return jax.lax.fori_loop(0, n, lambda i, x: step(x), x0)
+
+
+SECOND_ORDER = {  # solve(x0, t), the same x* by plain JAX (unrolled, differentiable), a start
+    "fixed_point": (lambda x0, t: fixed_point(_tanh_map, x0, t),
+                    lambda t: _unrolled(lambda x: _tanh_map(x, t), jnp.zeros(2)), jnp.array([0.3, -0.2])),
+    "fixed_point gmres": (lambda x0, t: fixed_point(_tanh_map, x0, t, adjoint="gmres"),
+                          lambda t: _unrolled(lambda x: _tanh_map(x, t), jnp.zeros(2)), jnp.array([0.3, -0.2])),
+    "argmin gradient_descent": (lambda x0, t: argmin(_quartic, x0, t, method="gradient_descent", tol=1e-14),
+                                lambda t: _unrolled(lambda x: x - 0.5 * jax.grad(_quartic)(x, t), jnp.ones(2)),
+                                jnp.array([0.9, 1.1])),
+    "root": (lambda x0, t: root(lambda x, t: x**3 + t[0] * x - t[1], x0, t),
+             lambda t: _unrolled(lambda x: x - (x**3 + t[0] * x - t[1]) / (3 * x**2 + t[0]), jnp.ones(2), 30),
+             jnp.array([0.9, 1.1])),
+}
+
+
+@pytest.mark.parametrize("case", list(SECOND_ORDER))
+def test_second_derivatives_are_right_from_any_start_even_the_solution(case):
+    # jax.hessian runs the rule's own forward pass on the plain solver; its x* carries the
+    # implicit tangent, not the while_loop's (which stopped after one step from x0 = x*:
+    # fixed_point's Hessian was 1.18 off at x0 = x*, argmin's by gradient descent 1.09)
+    solve, unrolled, x0 = SECOND_ORDER[case]
+    t = jnp.array([0.7, 0.4])
+
+    def loss(t, x0):
+        return jnp.sum(solve(x0, t) ** 2)
+
+    want = jax.hessian(lambda t: jnp.sum(unrolled(t) ** 2))(t)
+    x_star = solve(x0, t)
+    for start in (x0, x_star):
+        np.testing.assert_allclose(jax.jacfwd(jax.grad(loss))(t, start), want, rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(jax.jacrev(jax.grad(loss))(t, start), want, rtol=1e-6, atol=1e-9)
+    t_dot = jnp.array([1.0, -0.5])
+    _, x_dot = jax.jvp(lambda t: solve(x_star, t), (t,), (t_dot,))  # first order: the transposed pullback
+    np.testing.assert_allclose(x_dot, jax.jacfwd(unrolled)(t) @ t_dot, rtol=1e-6, atol=1e-9)
+
+
+def test_the_plain_solvers_forward_mode_is_implicit():
+    # the plain functions (what a rule's forward pass runs under forward mode) differentiate x*,
+    # not the loop: from x0 = x* the loop's tangent would be one step's
+    t, t_dot = jnp.array([0.7, 0.4]), jnp.array([1.0, -0.5])
+    x_star = fixed_point(_tanh_map, jnp.zeros(2), t)
+    _, x_dot = jax.jvp(lambda t: fixed_point.fn(_tanh_map, x_star, t), (t,), (t_dot,))
+    want = jax.jacfwd(lambda t: _unrolled(lambda x: _tanh_map(x, t), jnp.zeros(2)))(t) @ t_dot
+    np.testing.assert_allclose(x_dot, want, rtol=1e-10)
+    _, loop_dot = jax.jvp(lambda t: implicit._iterate(_tanh_map, x_star, t, 1e-12, 1000)[0], (t,), (t_dot,))
+    assert not np.allclose(loop_dot, want, rtol=1e-2)  # what it was: the bare loop's tangent
+    grads = jax.grad(lambda t: jnp.sum(fixed_point.fn(_tanh_map, x_star, t) ** 2))(t)  # and transposable
+    np.testing.assert_allclose(grads, jax.grad(lambda t: jnp.sum(fixed_point(_tanh_map, x_star, t) ** 2))(t), rtol=1e-10)
 
 
 def test_second_derivatives_of_linear_solve_both_ways():
@@ -322,6 +384,17 @@ def test_an_unconverged_adjoint_solve_raises_instead_of_a_wrong_gradient():
     with pytest.raises(ConvergenceError, match="`linear_solve`: the adjoint solve"):
         jax.grad(lambda b: jnp.sum(linear_solve(_spd_matvec, b, a, maxiter=1)))(e1)
 
+
+
+def test_an_unconverged_tangent_solve_raises_instead_of_a_wrong_derivative():
+    # forward mode of the plain solver (as under jax.hessian): v <- theta_dot + 0.9 v needs
+    # ~130 iterations; 20 give 8.906 instead of 10
+    def solve(a, throw=True):
+        return fixed_point.fn(_rate_09, 0.0, a, tol=1e-6, max_iter=20, throw=throw)
+
+    assert float(jax.jvp(lambda a: solve(a, throw=False), (1e-10,), (1.0,))[1]) == pytest.approx((1 - 0.9**21) / 0.1)
+    with pytest.raises(RUNTIME_ERRORS, match="`fixed_point`: the tangent solve of its forward-mode derivative stopped"):
+        jax.jit(lambda a: jax.jvp(solve, (a,), (1.0,))[1])(1e-10).block_until_ready()
 
 # ----- full_output: the residual and iteration count ----------------------------------------
 def test_full_output_reports_the_solve_and_differentiates_x_only():
