@@ -126,7 +126,7 @@ def _p_gradient(x: jax.Array, a: jax.Array, p: Any, y: jax.Array, axes: tuple) -
     finite = jnp.isfinite(p) & (p != 0)
     q = jnp.where(finite, p, 2).astype(a.dtype)
     if jnp.iscomplexobj(x):
-        g = _unit(x) * jnp.where((a == 0) | (y == 0), 0, _safe_div(a, y) ** (q - 1)).astype(a.dtype)
+        g = _complex_p_gradient(x, a, q, y)
     else:
         # sign(t) |t|^(q - 1), t = x / y, by `_signed_power`, so that its own derivative at a zero
         # entry is right: (q - 1) |t|^(q - 2) = 1 at p = 2, 0 for p > 2, inf for 1 < p < 2. Only
@@ -136,6 +136,33 @@ def _p_gradient(x: jax.Array, a: jax.Array, p: Any, y: jax.Array, axes: tuple) -
         t = jnp.where(singular, 1, _safe_div(x, y))
         g = jnp.where(singular, 0, _signed_power(t, q - 1)).astype(a.dtype)
     return jnp.where(finite, g, jnp.where(p == 0, 0, _shared_max(x, a, y, axes)))
+
+
+def _complex_p_gradient(x: jax.Array, a: jax.Array, q: jax.Array, y: jax.Array) -> jax.Array:
+    """unit(x) (a / y)^(q - 1) = (x / y) |x / y|^(q - 2) for complex x (a = |x|, y the norm), its
+    own derivative right at a zero entry: 1 / y at q = 2, 0 for q > 2 (|x / y|^(q - 2) is 1, 0
+    there), infinite for 1 < q < 2 (`_steep_zero`: NaN across entries), 0 for q <= 1 (sign's
+    jump; the zero subgradient). Masking the entry (0 there, as before) made it 0 at every q.
+    Every branch is finite where it is not selected, so no 0 * inf reaches reverse mode."""
+    zero, nil = a == 0, y == 0
+    r = jnp.where(zero | nil, 1, _safe_div(a, y))
+    power = jnp.where(zero, _abs_power(jnp.zeros_like(a), jnp.maximum(q, 2) - 2), _abs_power(r, q - 2))
+    g = _safe_div(x, y) * power.astype(a.dtype)
+    g = jnp.where(zero & (q < 2), _steep_zero(x, zero & (q > 1) & (q < 2) & ~nil), g)
+    return jnp.where(nil, 0, g)
+
+
+@jax.custom_jvp
+def _steep_zero(x: jax.Array, steep: jax.Array) -> jax.Array:
+    """Zeros like x whose slope in x is infinite where `steep`, 0 elsewhere: the value at t = 0 of
+    t |t|^(e - 1), 0 < e < 1, whose derivative there is infinite (inf * x_dot: NaN where x_dot is 0)."""
+    return jnp.zeros_like(x)
+
+
+@_steep_zero.defjvp
+def _steep_zero_jvp(primals, tangents):
+    (x, steep), (x_dot, _) = primals, tangents
+    return jnp.zeros_like(x), jnp.where(steep, np.inf, 0).astype(x_dot.dtype) * x_dot
 
 
 def _power_tangent(t, e, t_dot, e_dot, value, slope):

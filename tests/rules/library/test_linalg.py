@@ -480,3 +480,48 @@ def test_norm_with_a_float_p_keeps_its_conventions_at_zero_entries_for_p_up_to_2
     assert float(jax.hessian(la.norm)(x, 1.0)[0, 0]) == 0.0  # sign's slope away from its jump
     # 1 < p < 2: the true second derivative at a zero entry is infinite, and is inf (not 0)
     assert float(jax.jacfwd(jax.grad(la.norm))(x, 1.5)[0, 0]) == np.inf
+
+
+def _complex_p_norm_derivatives(z, p):
+    """The gradient g and Hessian H of ||z||_p (p >= 2) in the real variables (Re z_0, Im z_0, Re z_1, ...),
+    closed form (NumPy), right at zero entries: H = blockdiag(y^(1-p) (r^(p-2) I + (p-2) r^(p-4) v v^T))
+    - (p-1)/y g g^T, v = (Re z_i, Im z_i), r = |z_i|; the block of a zero entry is I / y at p = 2, else 0."""
+    z = np.asarray(z)
+    v, r = np.stack([z.real, z.imag], -1), np.abs(z)
+    y = np.sum(r**p) ** (1 / p)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rp2, rp4 = np.where(r == 0, float(p == 2), r ** (p - 2)), np.where(r == 0, 0.0, r ** (p - 4))
+    g = (y ** (1 - p) * rp2)[:, None] * v
+    H = -(p - 1) / y * np.outer(g.ravel(), g.ravel())
+    for i in range(len(z)):
+        H[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] += y ** (1 - p) * (rp2[i] * np.eye(2) + (p - 2) * rp4[i] * np.outer(v[i], v[i]))
+    return g.ravel(), H
+
+
+@pytest.mark.parametrize("p", [2.0, 3.0, 2.5])
+def test_norm_of_complex_x_with_a_float_p_has_the_true_hessian_at_a_zero_entry(p):
+    # complex x kept the zero-entry mask after the real fix: p = 2.0 gave 0 there, not 1 / y
+    z = np.array([0.0, 3.0 + 0.5j, 1.0 + 4.0j])
+    g, H = _complex_p_norm_derivatives(z, p)
+
+    def f(v, p=p):
+        return la.norm(v[0::2] + 1j * v[1::2], p)
+
+    v = jnp.asarray(np.stack([z.real, z.imag], -1).ravel())
+    np.testing.assert_allclose(jax.grad(f)(v), g, rtol=1e-13, atol=1e-15)
+    for mode, second in _SECOND.items():
+        np.testing.assert_allclose(second(f)(v), H, rtol=1e-12, atol=1e-15, err_msg=mode)
+    np.testing.assert_allclose(jax.jit(jax.hessian(f))(v, jnp.float64(p)), H, rtol=1e-12, atol=1e-15)
+
+
+def test_norm_of_complex_x_at_a_zero_entry_for_p_below_2():
+    z = jnp.array([0.0, 3.0 + 0.5j, 1.0 + 4.0j])
+
+    def f(v, p):
+        return la.norm(v[0::2] + 1j * v[1::2], p)
+
+    v = jnp.stack([z.real, z.imag], -1).ravel()
+    for second in _SECOND.values():  # 1 < p < 2: the true second derivative there is infinite: inf
+        assert not np.isfinite(float(second(lambda v: f(v, 1.5))(v)[0, 0]))  # (NaN on jax 0.10), not 0
+        H1 = second(lambda v: f(v, 1.0))(v)  # p = 1: 0 at the zero entry (its kink), finite elsewhere
+        assert np.all(np.asarray(H1[:2]) == 0) and np.all(np.isfinite(H1))
