@@ -1,5 +1,7 @@
 """rules.library.linalg_matfun: every rule verified by the testers, and what it does better."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
@@ -109,11 +111,13 @@ def test_matrix_functions_second_derivatives_of_complex_hermitian_and_float32_ma
     A = A + 1e-1j * (jnp.eye(3, k=1) - jnp.eye(3, k=-1))
     for f, plain in ((lambda A: mf.sym_matrix_function(A, _cubic)), _cubic_by_products), \
                     ((lambda A: mf.expm_sym(A)), lambda A: jsl.expm((A + jnp.conj(A.T)) / 2)):
-        second = lambda f: jax.jvp(lambda B: jax.jvp(f, (B,), (A_dot,))[1], (A,), (B_dot,))[1]  # noqa: E731
+        second = jax.jit(lambda f: jax.jvp(lambda B: jax.jvp(f, (B,), (A_dot,))[1], (A,), (B_dot,))[1],
+                         static_argnums=0)  # compiled: op by op is slow
         np.testing.assert_allclose(second(f), second(plain), rtol=1e-9, atol=1e-12)
     I32 = jnp.eye(3, dtype=jnp.float32)
-    np.testing.assert_allclose(jax.hessian(lambda A: jnp.sum(G * mf.expm_sym(A)))(I32),
-                               jax.hessian(lambda A: jnp.sum(G * jsl.expm((A + A.T) / 2)))(I32), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(jax.jit(jax.hessian(lambda A: jnp.sum(G * mf.expm_sym(A))))(I32),
+                               jax.jit(jax.hessian(lambda A: jnp.sum(G * jsl.expm((A + A.T) / 2))))(I32),
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_matrix_functions_third_derivatives_raise_rather_than_differentiate_eigh():
@@ -192,8 +196,9 @@ def test_svd_matrix_function_second_derivatives_are_nan_not_wrong_where_the_svd_
     rng = np.random.default_rng(8)
     W, E = jnp.asarray(rng.normal(size=(4, 3))), jnp.asarray(rng.normal(size=(4, 3)))
     loss = lambda A: jnp.sum(W * mf.svd_matrix_function(A, lambda s: s, jnp.ones_like))  # noqa: E731
-    assert np.isnan(jax.hessian(loss)(jnp.ones((4, 3)))).any()
+    assert np.isnan(jax.jit(jax.hessian(loss))(jnp.ones((4, 3)))).any()
 
+    @functools.partial(jax.jit, static_argnums=0)
     def second(f, A):  # <E, hessian(f)(A) E> by forward over reverse, and its central difference
         g, E_ = jax.grad(f), E[: A.shape[0]]
         return jnp.vdot(E_, jax.jvp(g, (A,), (E_,))[1]), jnp.vdot(E_, (g(A + 1e-5 * E_) - g(A - 1e-5 * E_)) / 2e-5)

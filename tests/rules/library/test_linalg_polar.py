@@ -74,9 +74,7 @@ def _polar_by_newton(A, side="right"):
     """(u, p) by 40 Newton steps X <- (X + X (X^H X)^{-1}) / 2 in plain JAX: smooth, and converged to
     rounding at these matrices, so its derivatives of every order are those of the polar factors."""
     B = A if side == "right" else jnp.conj(A.T)
-    X = B
-    for _ in range(40):
-        X = (X + X @ jnp.linalg.inv(jnp.conj(X.T) @ X)) / 2
+    X = jax.lax.fori_loop(0, 40, lambda i, X: (X + X @ jnp.linalg.inv(jnp.conj(X.T) @ X)) / 2, B)  # static: a scan
     P = jnp.conj(X.T) @ B
     return (X, (P + jnp.conj(P.T)) / 2) if side == "right" else (jnp.conj(X.T), (P + jnp.conj(P.T)) / 2)
 
@@ -98,12 +96,12 @@ def test_polar_second_and_third_derivatives_are_exact_at_repeated_singular_value
     def second(f, A):  # <dots[1], hessian(f)(A) dots[0]>, by forward over forward
         return jax.jvp(lambda B: jax.jvp(f, (B,), (dots[0],))[1], (A,), (dots[1],))[1]
 
-    want = second(loss(_polar_by_newton), A)
+    want = jax.jit(second, static_argnums=0)(loss(_polar_by_newton), A)  # compiled: op by op is slow
     np.testing.assert_allclose(second(loss(pl.polar), A), want, rtol=1e-8)
     if not np.iscomplexobj(A):  # jax.hessian's real basis
-        np.testing.assert_allclose(jax.jacrev(jax.grad(loss(pl.polar)))(A), jax.hessian(loss(_polar_by_newton))(A),
+        hessian = jax.jit(jax.hessian(loss(_polar_by_newton)))(A)
+        np.testing.assert_allclose(jax.jacrev(jax.grad(loss(pl.polar)))(A), hessian, rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(jax.jit(jax.vmap(jax.hessian(loss(pl.polar))))(A[None])[0], hessian,
                                    rtol=1e-8, atol=1e-10)
-        np.testing.assert_allclose(jax.jit(jax.vmap(jax.hessian(loss(pl.polar))))(A[None])[0],
-                                   jax.hessian(loss(_polar_by_newton))(A), rtol=1e-8, atol=1e-10)
-    third = lambda f: jax.jvp(lambda C: second(f, C), (A,), (dots[2],))[1]  # noqa: E731
+    third = jax.jit(lambda f: jax.jvp(lambda C: second(f, C), (A,), (dots[2],))[1], static_argnums=0)
     np.testing.assert_allclose(third(loss(pl.polar)), third(loss(_polar_by_newton)), rtol=1e-7)
