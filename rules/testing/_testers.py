@@ -532,7 +532,8 @@ def test_rrule(f: Callable, *args: Any, output_tangent: Any = None, rtol: float 
         argument and its `f_bar` checked; any other function must get `f_bar = NoTangent()`.
       *args: the point; `with_tangent(x, NoTangent())` marks an argument not differentiated.
       output_tangent: the seed `y_bar` (default: random; the int `seed` seeds every random tangent).
-      rtol, atol: tolerances (default: by the lowest precision of the primals and output).
+      rtol, atol: tolerances (default: by the lowest precision of the primals and output; the
+        default atol, absolute, stands only where finite differences cannot resolve less).
       fdm: the finite-difference method (default `central_fdm(5, 1)`).
       check_jit: evaluate as one compiled program, traced on every call (False: eagerly, as an
         eager `jax.grad` calls the rule: for a rule that computes otherwise on concrete arrays).
@@ -596,6 +597,7 @@ class _Test:
         self._prepare(given, f_dot, primals, tangents, fkwargs, **options)
         self.ev = self._evaluate()
         self.rtol, self.atol = tolerances(rtol, atol, primals, self.ev.y)
+        self.atol_given = atol is not None
         jax_kind = "jax.vjp" if self.kind == "rrule" else "jax.jvp"
         self.checks: list[str] = [f"JAX's own derivative ({jax_kind}; f has no {self.kind})"] if self.via_jax else []
 
@@ -653,20 +655,28 @@ class _Test:
             _check_close(self.tester, self.name, "InplaceableThunk: add_fn(acc) differs from acc + val",
                          added, plain, 1e-10, 1e-12, _arg(i, path))
 
-    def _central_or_sided(self, got: Any, estimate: Callable[[FDMethod], Any]) -> Any:
-        """`estimate(fdm)`; where `got` differs, each entry the nearest of it and the one-sided
-        estimates (a C1 joint), then where still needed at shorter spans (`_two_in_a_row`)."""
-        expected = estimate(self.fdm)
-        if compare_trees(got, expected, self.rtol, self.atol, True, True)[1]:
+    def _central_or_sided(self, got: Any, estimate: Callable[[FDMethod], Any]) -> tuple[Any, float]:
+        """(`estimate(fdm)`, atol); where `got` differs, each entry the nearest of it and the one-sided
+        estimates (a C1 joint), then where still needed at shorter spans (`_two_in_a_row`); the
+        atol is the default's, cut where `got` passes by it alone (`_resolved_atol`)."""
+        expected, m, close = estimate(self.fdm), self.fdm, lambda atol: not compare_trees(
+            got, expected, self.rtol, atol, True, True)[1]
+        if not close(self.atol):
             expected, sided = _nearest_sided(got, expected, [*map(estimate, _sided(self.fdm))], self.rtol, self.atol)
             if sided:
                 self.checks.append(f"one-sided finite differences at {sided} entries (f has a kink or changes fast there)")
-            if compare_trees(got, expected, self.rtol, self.atol, True, True)[1]:  # f changes fast here (README)
+            if not close(self.atol):  # f changes fast here (README)
                 spans = map(estimate, _shorter_spans(self.fdm, np.asarray(_vector(self.problem.args))))
                 expected, shorter = _two_in_a_row(got, expected, spans, self.rtol, self.atol)
                 if shorter:
                     self.checks.append(f"finite differences at shorter spans at {shorter} entries")
-        return expected
+        if self.atol_given or m.kind != "central" or close(1e-300) or not close(self.atol):
+            return expected, self.atol
+        return expected, _resolved_atol(got, expected, estimate(dataclasses.replace(m, p=m.p + 2)), self.rtol, self.atol)
+
+    def fd_what(self, what: str, atol: float) -> str:
+        return f"{what} does not match finite differences" + ("" if atol == self.atol else " (by less than the default "
+                f"atol={self.atol:g}, but more than their estimated error: pass atol= to accept that)")
 
     def _traced_like_eager(self) -> None:
         """After a failed check of the rule's compiled program: fail saying so if the rule gives
@@ -786,15 +796,15 @@ class _RruleTest(_Test):
 
     def _exact(self, checked: _Problem, args64: tuple, y_bar64: Any, got: dict) -> None:
         """J^T y_bar entry by entry, one-sided estimates too where the central one differs."""
-        rtol, atol = self.rtol, self.atol
-        expected = self._central_or_sided(tuple(got[i] for i in checked.index),
-                                          lambda m: fd_vjp(m, checked.raw_fn, y_bar64, args64))
+        expected, atol = self._central_or_sided(tuple(got[i] for i in checked.index),
+                                                lambda m: fd_vjp(m, checked.raw_fn, y_bar64, args64))
+        rtol = self.rtol
         for i, exp in zip(checked.index, expected):
             g, x, mask = got[i], self.problem.primal(i), self.ev.masks.get(i)
             if mask:
                 g, exp = mask_leaves(g, mask, x), mask_leaves(exp, mask, x)
-            self.worst = max(self.worst, _check_close(self.tester, self.name, "cotangent does not match finite "
-                                                      "differences", g, exp, rtol, atol, _arg(i), entrywise=True))
+            self.worst = max(self.worst, _check_close(self.tester, self.name, self.fd_what("cotangent", atol),
+                                                      g, exp, rtol, atol, _arg(i), entrywise=True))
 
     def check_thunked_seed(self) -> None:
         if not self.check_thunked:
@@ -988,6 +998,22 @@ def _two_in_a_row(got: Any, expected: Any, spans: Any, rtol: float, atol: float)
     rebuilt = [(lambda v: v if np.iscomplexobj(e) else v.real)(next(parts).reshape(np.shape(e))) if d else e
                for e, d in zip(leaves, diff)]
     return jax.tree_util.tree_unflatten(treedef, rebuilt), left - int(todo.sum())
+
+
+def _resolved_atol(got: Any, expected: Any, finer: Any, rtol: float, atol: float) -> float:
+    """The default atol covers finite differences' error where they cannot resolve a small derivative;
+    where `got` passes by it alone it is cut to 100 times that error, as a method of two more points
+    (`finer`) estimates it there, plus rtol / 100 of the largest entry (the rule's own rounding)."""
+    leaves = [tuple(np.asarray(v, np.complex128) for v in t) for t in zip(*map(jax.tree_util.tree_leaves,
+              (got, expected, finer))) if is_differentiable_leaf(t[1]) and np.shape(t[0]) == np.shape(t[2])]
+    big, err = 0.0, 0.0
+    with np.errstate(invalid="ignore"):
+        for g, e, f in leaves:
+            size = max(float(np.max(np.where(np.isfinite(v), np.abs(v), 0), initial=0.0)) for v in (g, e))
+            alone = (np.abs(g - e) > rtol * size) & np.isfinite(g - e)
+            big, err = max(big, size), max(err, float(np.max(np.where(np.isfinite(f), abs(e - f), np.inf)[alone],
+                                                              initial=0.0)))
+    return min(atol, 100 * err + rtol / 100 * big) if math.isfinite(err) else atol
 
 
 def _check_arity(tester, name, cts, nargs) -> tuple:
@@ -1339,10 +1365,10 @@ class _FruleTest(_Test):
         got = mask_leaves(ev.y_dot_dense, ev.mask, ev.y)
         along = (lambda m: _fd_jvp_by_coordinates(m, problem.raw_fn, args64, tangents64)) if exact else (
             lambda m: _fd_jvps("fd_jvp", m, problem.raw_fn, args64, [tangents64], None)[0])  # one step along x_dot
-        expected = self._central_or_sided(got, lambda m: mask_leaves(along(m), ev.mask, ev.y))
+        expected, atol = self._central_or_sided(got, lambda m: mask_leaves(along(m), ev.mask, ev.y))
         try:
-            self.worst = _check_close(self.tester, self.name, "tangent does not match finite differences", got,
-                                      mask_leaves(expected, ev.mask, ev.y), self.rtol, self.atol, "the output",
+            self.worst = _check_close(self.tester, self.name, self.fd_what("tangent", atol), got,
+                                      mask_leaves(expected, ev.mask, ev.y), self.rtol, atol, "the output",
                                       entrywise=exact)
         except AssertionError:
             self._traced_like_eager()

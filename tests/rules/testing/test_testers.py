@@ -395,6 +395,44 @@ def test_wrong_rule_fails_with_a_specific_message(tester, factory, needles):
         assert needle in message, f"{needle!r} not in:\n{message}"
 
 
+# A derivative smaller than the default atol: that atol is absolute (1e-10 in float64), so a rule
+# of a function of scale 1e-12 passed however wrong. Where the finite differences resolve the
+# difference (a finer method agrees with them to far better), it now fails.
+def _tiny(derivative):
+    return (lambda x: 1e-12 * jnp.sin(x)), (lambda x: 1e-12 * derivative(x))
+
+
+@pytest.mark.parametrize("tester", ["rrule", "frule"])
+def test_a_wrong_rule_of_a_small_function_fails_though_the_default_atol_is_larger(tester):
+    def rule(derivative):
+        f, df = _tiny(derivative)
+        if tester == "rrule":
+            return with_rrule("tiny", f, lambda y_bar, x: (NoTangent(), y_bar * df(x))), test_rrule
+        return with_frule("tiny", f, lambda dots, x: df(x) * dots[0]), test_frule
+
+    wrong, check = rule(jnp.sin)  # sin for cos
+    with pytest.raises(AssertionError, match="by less than the default atol=1e-10, but more than their estimated"):
+        check(wrong, X64)
+    check(wrong, X64, atol=1e-10)  # an atol given is the user's: kept
+    check(rule(jnp.cos)[0], X64)
+    check(rule(jnp.cos)[0], X64 * 1e-4)
+    wrong32, _ = rule(lambda x: 1.01 * jnp.cos(x))  # float32: 1% wrong at scale 1e-12, under its atol of 1e-6
+    with pytest.raises(AssertionError, match="but more than their estimated error"):
+        check(wrong32, X32)
+
+
+def test_a_small_derivative_finite_differences_cannot_resolve_keeps_the_default_atol():
+    # (a - b)^2 with a ~ b ~ 1: the output is 1e-20, the differences of f carry the rounding of a
+    # and b (1e-16), far more than the derivative's size (1e-10): the default atol stays
+    def resid(x):
+        return jnp.sum((jnp.cos(x) - jnp.cos(x + 1e-10)) ** 2)
+
+    def pullback(y_bar, x):
+        return NoTangent(), y_bar * 2 * (jnp.cos(x) - jnp.cos(x + 1e-10)) * (jnp.sin(x + 1e-10) - jnp.sin(x))
+
+    test_rrule(with_rrule("resid", resid, pullback), X64, mode="exact")
+
+
 def test_vmap_only_wrong_rule_passes_with_check_vmap_off():
     """The vmap case above is caught by the vmap check alone: eager and jit agree with the rule."""
     f = with_rrule("scaled", lambda x: x * jnp.sum(x),
