@@ -24,17 +24,8 @@ from .._tangent import Tangent
 from .._thunks import AbstractThunk, unthunk
 from .._zeros import AbstractZero, NoTangent, ZeroTangent
 
-__all__ = [
-    "WithTangent",
-    "with_tangent",
-    "rand_tangent",
-    "test_approx",
-    "dense_like",
-    "default_tolerance",
-    "not_implemented_mask",
-    "without_not_implemented",
-    "mask_leaves",
-]
+__all__ = ["WithTangent", "with_tangent", "rand_tangent", "test_approx", "dense_like", "default_tolerance",
+           "not_implemented_mask", "without_not_implemented", "mask_leaves"]
 
 
 class WithTangent(NamedTuple):

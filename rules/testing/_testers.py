@@ -788,7 +788,7 @@ class _RruleTest(_Test):
                 self._exact(checked, args64, y_bar64, got)
             else:
                 self.worst = _fast_check(self.tester, self.name, checked, self.fdm, args64, y_bar64, got,
-                                         self.rtol, self.atol)
+                                         self.rtol, self.atol, self.atol_given)
         except AssertionError:
             self._traced_like_eager()
             raise
@@ -882,7 +882,7 @@ def _lowered(tester: str, name: str, check: Callable[[], list[str]]) -> list[str
               "intermediates, and no Python control flow on traced values")
 
 
-def _fast_check(tester, name, problem, m, args64, y_bar64, dense, rtol, atol) -> float:
+def _fast_check(tester, name, problem, m, args64, y_bar64, dense, rtol, atol, given) -> float:
     """`<y_bar, J x_dot>` (finite differences) against `<x_bar, x_dot>` (the rule), per argument,
     along `x_dot = x_bar / |x_bar|^2 + r / (|x_bar| |r|)` (x_bar the rule's cotangent, r
     random: why, rules/testing/README.md); only when that fails are the two parts probed
@@ -891,7 +891,7 @@ def _fast_check(tester, name, problem, m, args64, y_bar64, dense, rtol, atol) ->
         return jax.tree_util.tree_map(lambda *vs: sum(np.asarray(v) * c for v, c in zip(vs, coefficients))
                                       if is_differentiable_leaf(vs[0]) else vs[0], *trees)
 
-    probes = functools.partial(_probes, tester, problem, m, args64, y_bar64, rtol, atol)
+    probes = functools.partial(_probes, tester, problem, m, args64, y_bar64, rtol, atol, given)
 
     parts = []  # per argument: (k, i, own, [(label, trees, coefficients)]), the direction checked first
     for k, i in enumerate(problem.index):
@@ -921,7 +921,7 @@ def _fast_check(tester, name, problem, m, args64, y_bar64, dense, rtol, atol) ->
     return worst
 
 
-def _probes(tester, problem, m, args64, y_bar64, rtol, atol, items) -> list[tuple[float, float, float, bool]]:
+def _probes(tester, problem, m, args64, y_bar64, rtol, atol, given, items) -> list[tuple[float, float, float, bool]]:
     """`(lhs, rhs, relative error, failed)` per `(k, own, x_dot)` of `items` (`_fast_check`),
     lhs by finite differences along x_dot / |x_dot| (a span is then how far x moves); one
     trace of f for all, one more per shorter span for those that fail, matched where the
@@ -946,6 +946,15 @@ def _probes(tester, problem, m, args64, y_bar64, rtol, atol, items) -> list[tupl
         now = judged(method, todo)
         out.update({j: before[j] for j in todo if not now[j][3] and j in before and not before[j][3]})
         before = now
+    if m.kind == "central" and not given and (todo := [j for j in out if out[j][3]]):
+        # as `_resolved_atol`: the default atol (per entry of x_bar) where the differences cannot resolve less
+        finer = judged(dataclasses.replace(m, p=m.p + 2), todo)
+        for j in todo:
+            (lhs, rhs, err, _), d = out[j], items[j][2]
+            scale = max(_real_inner(*items[j][1:])[1], abs(lhs), 1e-300)
+            l1 = sum(float(np.sum(np.abs(v))) for v in jax.tree_util.tree_leaves(d) if is_differentiable_leaf(v))
+            slack = min(atol * l1, 100 * abs(lhs - finer[j][0]) + rtol / 100 * scale)
+            out[j] = (lhs, rhs, err, abs(lhs - rhs) > slack + rtol * scale)
     return [out[j] for j in range(len(items))]
 
 

@@ -396,8 +396,9 @@ def test_wrong_rule_fails_with_a_specific_message(tester, factory, needles):
 
 
 # A derivative smaller than the default atol: that atol is absolute (1e-10 in float64), so a rule
-# of a function of scale 1e-12 passed however wrong. Where the finite differences resolve the
-# difference (a finer method agrees with them to far better), it now fails.
+# of a function of scale 1e-12 passed however wrong (exact mode). Where the finite differences
+# resolve the difference (a finer method agrees with them to far better), it now fails; where
+# they cannot, the default atol stands (in fast mode too, which had no atol to speak of).
 def _tiny(derivative):
     return (lambda x: 1e-12 * jnp.sin(x)), (lambda x: 1e-12 * derivative(x))
 
@@ -414,6 +415,9 @@ def test_a_wrong_rule_of_a_small_function_fails_though_the_default_atol_is_large
     with pytest.raises(AssertionError, match="by less than the default atol=1e-10, but more than their estimated"):
         check(wrong, X64)
     check(wrong, X64, atol=1e-10)  # an atol given is the user's: kept
+    if tester == "rrule":
+        with pytest.raises(AssertionError, match="along the rule's own cotangent"):
+            check(wrong, X64, mode="fast")
     check(rule(jnp.cos)[0], X64)
     check(rule(jnp.cos)[0], X64 * 1e-4)
     wrong32, _ = rule(lambda x: 1.01 * jnp.cos(x))  # float32: 1% wrong at scale 1e-12, under its atol of 1e-6
@@ -430,7 +434,8 @@ def test_a_small_derivative_finite_differences_cannot_resolve_keeps_the_default_
     def pullback(y_bar, x):
         return NoTangent(), y_bar * 2 * (jnp.cos(x) - jnp.cos(x + 1e-10)) * (jnp.sin(x + 1e-10) - jnp.sin(x))
 
-    test_rrule(with_rrule("resid", resid, pullback), X64, mode="exact")
+    for mode in ("exact", "fast"):  # fast mode failed it: its directions are scaled by the rule's own x_bar
+        test_rrule(with_rrule("resid", resid, pullback), X64, mode=mode)
 
 
 def test_vmap_only_wrong_rule_passes_with_check_vmap_off():
