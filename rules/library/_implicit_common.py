@@ -397,9 +397,12 @@ def _zero_tangent(x: jax.Array) -> Any:
     return jnp.zeros_like(x) if jnp.issubdtype(x.dtype, jnp.inexact) else np.zeros(np.shape(x), jax.dtypes.float0)
 
 
-def _forward_solve(loop: Callable, op: Callable, b: PyTree, tol: Any, symmetric: bool) -> tuple[PyTree, SolveInfo]:
+def _forward_solve(
+    loop: Callable, op: Callable, b: PyTree, tol: Any, symmetric: bool, report: _Report | None = None
+) -> tuple[PyTree, SolveInfo]:
     """`loop(op, b, tol) -> (x, info)` with x differentiated as `lax.custom_linear_solve` (forward
-    and reverse, to any order, as JAX's `cg`/`gmres`); info has no derivative.
+    and reverse, to any order, as JAX's `cg`/`gmres`); info has no derivative. The tangent
+    solve checks its convergence against `report` (none for None), as `_adjoint_solve`'s does.
 
     Not `custom_linear_solve(..., has_aux=True)`: under `jax.jacfwd` its batching rule batches
     the aux of a transposable solve, which would batch the convergence check and x with it.
@@ -428,7 +431,8 @@ def _forward_solve(loop: Callable, op: Callable, b: PyTree, tol: Any, symmetric:
         a_dot_x = jax.jvp(lambda c: op_of(c)(x), (consts,), (consts_dot,))[1]
 
         def solve_x(matvec, rhs):
-            return loop(matvec, rhs, tol)[0]
+            x, info = loop(matvec, rhs, tol)
+            return x if report is None else _check_converged(x, info, tol, x, report)
 
         x_dot = jax.lax.custom_linear_solve(op_of(consts), _tree_sub(b_dot, a_dot_x), solve_x, solve_x,
                                             symmetric=_transpose_symmetric(b, symmetric))

@@ -501,12 +501,14 @@ def root_rrule(F, x0, theta, *, tol=1e-12, max_iter=50, throw=True, full_output=
 
 
 # ----- linear_solve -------------------------------------------------------------------------
-@functools.partial(jax.jit, static_argnames=("matvec", "method", "maxiter"))
-def _linear_solve_forward(matvec, b, theta, tol, method, maxiter):
+@functools.partial(jax.jit, static_argnames=("matvec", "method", "maxiter", "report"))
+def _linear_solve_forward(matvec, b, theta, tol, method, maxiter, report):
+    """x with A x = b, differentiated as a linear solve; `report` checks the tangent solve's convergence."""
     out = jax.eval_shape(matvec, b, theta)
     b = _cast_like(b, out)
     loop = _krylov_loop(method, b, maxiter)
-    return _forward_solve(loop, lambda v: _cast_like(matvec(v, theta), b), b, _floor_tol(tol, b), method == "cg")
+    matvec_b = lambda v: _cast_like(matvec(v, theta), b)  # noqa: E731
+    return _forward_solve(loop, matvec_b, b, _floor_tol(tol, b), method == "cg", report)
 
 
 @functools.partial(jax.jit, static_argnames=("matvec", "method", "symmetric", "maxiter", "eager", "report"))
@@ -523,8 +525,8 @@ def _linear_solve_adjoint(matvec, x, theta, x_bar, tol, method, symmetric, maxit
     return u, unthunk(matvec_pullback(_tree_neg(u))[2]), info
 
 
-def _linear_solve_report(method: str, maxiter: int | None, adjoint: bool = False) -> _Report:
-    system = "A^H u = x_bar" if adjoint else "A x = b"
+def _linear_solve_report(method: str, maxiter: int | None, adjoint: bool = False, tangent: bool = False) -> _Report:
+    system = "A^H u = x_bar" if adjoint else "A x_dot = b_dot - A_dot x" if tangent else "A x = b"
     fix = "raise maxiter, loosen tol, " + (
         "check that A is Hermitian positive definite (else use method='gmres')" if method == "cg"
         else "check that A is invertible"
@@ -533,7 +535,7 @@ def _linear_solve_report(method: str, maxiter: int | None, adjoint: bool = False
     if method == "gmres":
         limit += "; GMRES counts restarts"
     measure = f"|r|_2 / |rhs|_2 for {system} ({method})"
-    return _Report("linear_solve", measure, fix, limit, adjoint=adjoint)
+    return _Report("linear_solve", measure, fix, limit, adjoint=adjoint, tangent=tangent)
 
 
 @primitive(
@@ -613,7 +615,8 @@ def linear_solve(
             "symmetric=False was given; use method='gmres' for a nonsymmetric operator."
         )
     bound, arrays = _bind(matvec, "linear_solve", "matvec")
-    x, info = _linear_solve_forward(bound, b, (arrays, theta), _tol(tol), method, maxiter)
+    tangent_report = _linear_solve_report(method, maxiter, tangent=True) if throw else None
+    x, info = _linear_solve_forward(bound, b, (arrays, theta), _tol(tol), method, maxiter, tangent_report)
     return _finish(x, info, tol, _linear_solve_report(method, maxiter), throw, full_output)
 
 

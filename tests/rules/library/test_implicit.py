@@ -396,6 +396,19 @@ def test_an_unconverged_tangent_solve_raises_instead_of_a_wrong_derivative():
     with pytest.raises(RUNTIME_ERRORS, match="`fixed_point`: the tangent solve of its forward-mode derivative stopped"):
         jax.jit(lambda a: jax.jvp(solve, (a,), (1.0,))[1])(1e-10).block_until_ready()
 
+    # linear_solve: b an eigenvector of A (one CG step), b_dot not (its tangent had no check)
+    a = jnp.asarray(W)
+    b = jnp.asarray(np.linalg.eigh(a.T @ a + np.eye(3))[1][:, 0])
+
+    def lsolve(b, throw=True):
+        return linear_solve.fn(_spd_matvec, b, a, maxiter=1, throw=throw)
+
+    np.testing.assert_allclose(lsolve(b), jnp.linalg.solve(a.T @ a + jnp.eye(3), b), atol=1e-12)
+    e1 = jnp.array([1.0, 0.0, 0.0])
+    jax.jvp(lambda b: lsolve(b, throw=False), (b,), (e1,))
+    with pytest.raises(RUNTIME_ERRORS, match="`linear_solve`: the tangent solve of its forward-mode derivative"):
+        jax.jit(lambda b: jax.jvp(lsolve, (b,), (e1,))[1])(b).block_until_ready()
+
 # ----- full_output: the residual and iteration count ----------------------------------------
 def test_full_output_reports_the_solve_and_differentiates_x_only():
     x, info = fixed_point(_contraction, 0.0, 1.0, full_output=True)
