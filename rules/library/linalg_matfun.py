@@ -152,8 +152,8 @@ def _held_eigh(A: jax.Array) -> tuple[jax.Array, jax.Array]:
 @_held_eigh.defjvp
 def _held_eigh_jvp(primals, tangents):
     raise NotImplementedError(
-        "Matrix functions of rules.library.linalg_matfun (sym_matrix_function, expm_sym, "
-        "logm_spd, sqrtm_psd): derivatives of order three and higher are not implemented (the "
+        "Matrix functions of rules.library.linalg_matfun (sym_matrix_function, expm_sym, logm_spd, "
+        "sqrtm_psd, svd_matrix_function): derivatives of order three and higher are not implemented (the "
         "second derivative is the second-order Daleckii-Krein formula; one more would "
         "differentiate eigh, NaN at repeated eigenvalues). For them, differentiate a plain-JAX "
         "implementation (e.g. jax.scipy.linalg.expm) instead."
@@ -339,10 +339,9 @@ _spectral_rules(logm_spd, jnp.log, _dlog)
 def _svd_function(A: jax.Array, f: Callable, df: Callable | None):
     """(g(A), pushforward, pullback) for g(A) = U diag(f(s)) V^T, A = U diag(s) V^T (thin SVD).
 
-    With P = U^T A_dot V: g_dot = U (D1 o sym(P) + D2 o skew(P)) V^T, D1 the divided
-    differences of f on the singular values (f' on ties), D2_ij = (f(s_i) + f(s_j)) / (s_i + s_j)
-    (f' where both are 0), plus (I - U U^T) A_dot V diag(f(s) / s) V^T for a tall A. The
-    pullback is its transpose: U (sym(D1 o Q) + skew(D2 o Q)) V^T (+ the tall term), Q = U^T G V.
+    The pushforward and the pullback are one self-adjoint map, `_svd_map`; g(A) and the map
+    are differentiated by it (`_svd_spectral`), so that second derivatives do not go through
+    the SVD's frame (undetermined at tied singular values).
     """
     if jnp.iscomplexobj(A):
         raise TypeError(
@@ -350,38 +349,75 @@ def _svd_function(A: jax.Array, f: Callable, df: Callable | None):
             f"(got {jnp.result_type(A)}); for a Hermitian matrix use `sym_matrix_function`."
         )
     wide = A.shape[-2] < A.shape[-1]
-    B = _mT(A) if wide else A
-    from .linalg_spectral import _svd_frame  # its second derivatives: NaN, not wrong, at ties
+    turn = _mT if wide else (lambda X: X)
+    B = turn(A)
+    y, frame = _svd_spectral(f, df, B)
 
-    u, s, v = _svd_frame(B)
-    vt = _mT(v)
+    def derivative(X):
+        return turn(_svd_map(f, df, frame, B, turn(X)))
+
+    return turn(y), derivative, derivative
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _svd_spectral(f: Callable, df: Callable | None, B: jax.Array) -> tuple[jax.Array, tuple]:
+    """(g(B), frame) for B (m >= n), frame = (U, V, D1, D2, h) of `_svd_map`; differentiated by
+    `_svd_map`, not through the SVD."""
+    u, s, vt = jnp.linalg.svd(B, full_matrices=False)
+    v = _mT(vt)
     fs = f(s)
-    dfs = jax.jvp(f, (s,), (jnp.ones_like(s),))[1] if df is None else df(s)
+    dfs = _derivatives(f, df)[0](s)
     D1 = _divided_differences(s, fs, dfs)
     total = s[..., :, None] + s[..., None, :]
     zero = total == 0
     D2 = jnp.where(zero, (dfs[..., :, None] + dfs[..., None, :]) / 2,
                    (fs[..., :, None] + fs[..., None, :]) / jnp.where(zero, 1, total))
     h = jnp.where(s == 0, dfs, fs / jnp.where(s == 0, 1, s))
-    tall = B.shape[-2] > B.shape[-1]
-    y = (u * fs[..., None, :]) @ vt
+    return (u * fs[..., None, :]) @ vt, (u, v, D1, D2, h)
 
-    def beyond(X):  # the tall term, self-adjoint: (I - U U^T) X V diag(h) V^T
-        return (X - u @ (_mT(u) @ X)) @ ((v * h[..., None, :]) @ vt) if tall else 0
 
-    def pushforward(A_dot):
-        B_dot = _mT(A_dot) if wide else A_dot
-        P = _mT(u) @ B_dot @ v
-        out = u @ (D1 * (P + _mT(P)) / 2 + D2 * (P - _mT(P)) / 2) @ vt + beyond(B_dot)
-        return _mT(out) if wide else out
+@_svd_spectral.defjvp
+def _svd_spectral_jvp(f, df, primals, tangents):
+    (B,), (B_dot,) = primals, tangents
+    y, frame = _svd_spectral(f, df, B)
+    return (y, frame), (_svd_map(f, df, frame, B, B_dot), jax.tree_util.tree_map(jnp.zeros_like, frame))
 
-    def pullback(G):
-        G = _mT(G) if wide else G
-        X, Y = D1 * (_mT(u) @ G @ v), D2 * (_mT(u) @ G @ v)
-        out = u @ ((X + _mT(X)) / 2 + (Y - _mT(Y)) / 2) @ vt + beyond(G)
-        return _mT(out) if wide else out
 
-    return (_mT(y) if wide else y), pushforward, pullback
+@partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _svd_map(f: Callable, df: Callable | None, frame: tuple, B: jax.Array, X: jax.Array) -> jax.Array:
+    """The derivative of g at B (m >= n) applied to X, its own adjoint (B_dot pushed forward, G
+    pulled back): U (D1 o sym(P) + D2 o skew(P)) V^T, P = U^T X V, D1 the divided differences of
+    f on the singular values (f' on ties), D2_ij = (f(s_i) + f(s_j)) / (s_i + s_j) (f' where both
+    are 0), plus (I - U U^T) X V diag(f(s) / s) V^T for a tall B.
+
+    These are the divided differences of the odd extension f(|w|) sign(w) on the eigenvalues
+    +-s_i (and 0) of the Hermitian dilation [[0, B], [B^T, 0]]: g(B) is the top-right block of
+    that matrix function, and the map the block of its Daleckii-Krein derivative. So the map is
+    differentiated by the second-order Daleckii-Krein formula of the dilation (`_svd_map_jvp`):
+    exact at tied and zero singular values. (At a rank-deficient B, g has second derivatives
+    only where f''(0) = 0; elsewhere this is the mean of the one-sided ones.)
+    """
+    u, v, D1, D2, h = frame
+    P = _mT(u) @ X @ v
+    out = u @ (D1 * (P + _mT(P)) / 2 + D2 * (P - _mT(P)) / 2) @ _mT(v)
+    if B.shape[-2] > B.shape[-1]:
+        out = out + (X - u @ (_mT(u) @ X)) @ ((v * h[..., None, :]) @ _mT(v))
+    return out
+
+
+@_svd_map.defjvp
+def _svd_map_jvp(f, df, primals, tangents):
+    (frame, B, X), (_, B_dot, X_dot) = primals, tangents
+    m = B.shape[-2]
+
+    def dilation(Y):  # [[0, Y], [Y^T, 0]]
+        zeros = jnp.zeros(Y.shape[:-2] + (m, m), Y.dtype), jnp.zeros(Y.shape[:-2] + (Y.shape[-1],) * 2, Y.dtype)
+        return jnp.concatenate([jnp.concatenate([zeros[0], Y], -1), jnp.concatenate([_mT(Y), zeros[1]], -1)], -2)
+
+    d1 = _derivatives(f, df)[0]
+    _, dL = _daleckii_krein_jvp(lambda w: jnp.sign(w) * f(jnp.abs(w)), lambda w: d1(jnp.abs(w)),
+                                (None, dilation(B), dilation(X)), (None, dilation(B_dot), dilation(X_dot)))
+    return _svd_map(f, df, frame, B, X), dL[..., :m, m:]
 
 
 def _identity(s):
@@ -401,6 +437,8 @@ def svd_matrix_function(A: jax.Array, f: Callable, df: Callable | None = None) -
     f(s_j)) / (s_i + s_j) on its skew part, and f(s) / s on the part beyond U for a tall A. At
     a rank-deficient A, g is well defined only for f(0) = 0 (then f'(0) takes the place of
     f(s) / s); `sum(svd_matrix_function(A, lambda s: s))` has the gradient of `sum(A)`: all ones.
+    Second derivatives are exact at tied and zero singular values too (the second-order formula
+    of the Hermitian dilation, `_svd_map`); a third derivative raises NotImplementedError.
 
     Args:
       A: a real array (..., m, n).

@@ -122,7 +122,8 @@ def test_matrix_functions_second_derivatives_of_complex_hermitian_and_float32_ma
 
 def test_matrix_functions_third_derivatives_raise_rather_than_differentiate_eigh():
     for third in (jax.jacfwd(jax.hessian(lambda A: jnp.sum(G * mf.expm_sym(A)))),
-                  jax.jacrev(jax.jacrev(jax.grad(lambda A: jnp.sum(G * mf.logm_spd(A)))))):
+                  jax.jacrev(jax.jacrev(jax.grad(lambda A: jnp.sum(G * mf.logm_spd(A))))),
+                  jax.jacfwd(jax.hessian(lambda A: jnp.sum(G * mf.svd_matrix_function(A, jnp.sin))))):
         with pytest.raises(NotImplementedError, match="order three and higher.*jax.scipy.linalg.expm"):
             third(REPEATED)
 
@@ -189,14 +190,43 @@ def test_svd_matrix_function_agrees_with_autodiff_through_svd_at_distinct_singul
         mf.svd_matrix_function(A + 1j, jnp.sin)
 
 
-def test_svd_matrix_function_second_derivatives_are_nan_not_wrong_where_the_svd_frame_is_undetermined():
-    # through JAX's svd derivative (which sets the terms of tied singular values to 0) the
-    # Hessian was finite and wrong: up to 3e32 for sum(W * A) (exactly 0) at ones((4, 3)), a
-    # rank-1 matrix with tied zero singular values; now the frame's tangent is NaN there
+def _odd_cubic(s):
+    return s**3 + 2 * s
+
+
+def _svd_cubic_loss(A, W, R, plain=False):  # f(s) = s^3 + 2 s: U f(S) V^T = A A^T A + 2 A at every A
+    g = A @ A.T @ A + 2 * A if plain else mf.svd_matrix_function(A, _odd_cubic)
+    return jnp.sum(W * g) + jnp.sum(R * g**2) / 2
+
+
+_SVD_SECOND = {  # Hessians in A, compiled once per shape
+    "fwd-rev": jax.jit(jax.hessian(_svd_cubic_loss), static_argnums=3),
+    "rev-rev": jax.jit(jax.jacrev(jax.grad(_svd_cubic_loss)), static_argnums=3),
+    "jit-vmap": jax.jit(lambda A, W, R: jax.vmap(jax.hessian(_svd_cubic_loss), (0, None, None))(A[None], W, R)[0]),
+}
+
+
+@pytest.mark.parametrize("A", [np.eye(3), np.diag([1.0, 2.0, 2.0]), np.diag([1.0, 2.0, 0.0]), np.ones((4, 3))],
+                         ids=["I", "repeated", "rank-deficient", "tall-rank-1"])
+def test_svd_matrix_function_second_derivatives_are_exact_at_tied_and_zero_singular_values(A):
+    # through the SVD's frame they were NaN at tied singular values (the registered example I
+    # among them), and through JAX's svd jvp finite and wrong (3e32 at ones((4, 3))); against
+    # an odd polynomial f, for which the function is plain JAX
+    rng = np.random.default_rng(9)
+    A, W, R = (jnp.asarray(M) for M in (A, *rng.normal(size=(2, *A.shape))))
+    want = _SVD_SECOND["fwd-rev"](A, W, R, True)
+    for mode in ("fwd-rev", "rev-rev", "jit-vmap"):
+        got = _SVD_SECOND[mode](A, W, R) if mode == "jit-vmap" else _SVD_SECOND[mode](A, W, R, False)
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10, err_msg=mode)
+
+
+def test_svd_matrix_function_second_derivatives_of_a_non_polynomial_f_at_ties():
+    # sin at I (its registered example) and at a repeated singular value: against central
+    # differences of the (verified) gradient; and ones((4, 3)) with f = identity: exactly 0
     rng = np.random.default_rng(8)
     W, E = jnp.asarray(rng.normal(size=(4, 3))), jnp.asarray(rng.normal(size=(4, 3)))
     loss = lambda A: jnp.sum(W * mf.svd_matrix_function(A, lambda s: s, jnp.ones_like))  # noqa: E731
-    assert np.isnan(jax.jit(jax.hessian(loss))(jnp.ones((4, 3)))).any()
+    np.testing.assert_array_equal(jax.jit(jax.hessian(loss))(jnp.ones((4, 3))), 0.0)
 
     @functools.partial(jax.jit, static_argnums=0)
     def second(f, A):  # <E, hessian(f)(A) E> by forward over reverse, and its central difference
@@ -204,8 +234,8 @@ def test_svd_matrix_function_second_derivatives_are_nan_not_wrong_where_the_svd_
         return jnp.vdot(E_, jax.jvp(g, (A,), (E_,))[1]), jnp.vdot(E_, (g(A + 1e-5 * E_) - g(A - 1e-5 * E_)) / 2e-5)
 
     sin_loss = lambda A: jnp.sum(W[: A.shape[0]] * mf.svd_matrix_function(A, jnp.sin))  # noqa: E731
-    for A in (jnp.asarray(sp._M43), jnp.diag(jnp.array([1.0, 2.0, 0.0]))):
-        ad, fd = second(sin_loss, A)  # distinct singular values (one 0, square): right, as before
+    for A in (sp._M43, np.diag([1.0, 2.0, 0.0]), np.eye(3), np.diag([1.0, 2.0, 2.0])):
+        ad, fd = second(sin_loss, jnp.asarray(A))  # the first two: distinct singular values (as before)
         np.testing.assert_allclose(ad, fd, rtol=1e-6)
 
 
