@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
+import jax
 import jax.numpy as jnp
 import jax.scipy.special as jsp
 import numpy as np
@@ -177,9 +178,23 @@ def beta_logpdf(x, a, b, loc=0, scale=1):
     x, a, b, loc, scale = _promote("beta.logpdf", x, a, b, loc, scale)
     y = (x - loc) / scale
     log_linear = xlogy(a - 1, y) + xlog1py(b - 1, -y)
-    log_probs = -jsp.betaln(a, b) + log_linear - jnp.log(scale)
+    log_probs = -_betaln(a, b) + log_linear - jnp.log(scale)
     out = jnp.where((x > loc + scale) | (x < loc), -jnp.inf, log_probs)
     return jnp.where((a <= 0) | (b <= 0) | (scale <= 0), jnp.nan, out)
+
+
+@jax.custom_jvp
+def _betaln(a, b):
+    """`jax.scipy.special.betaln`, differentiated by digamma (to every order): JAX 0.10's own
+    second derivatives are wrong at a = b = 1 (0.1775 for each of the four, true 1 and -0.6449)."""
+    return jsp.betaln(a, b)
+
+
+@_betaln.defjvp
+def _betaln_jvp(primals, tangents):
+    (a, b), (a_dot, b_dot) = primals, tangents
+    both = jsp.digamma(a + b)
+    return _betaln(a, b), (jsp.digamma(a) - both) * a_dot + (jsp.digamma(b) - both) * b_dot
 
 
 def beta_pdf(x, a, b, loc=0, scale=1):
