@@ -473,7 +473,10 @@ def _implicit_solution(
     as the primal does: wrong when x0 is x* (one step). That is what runs under `jax.hessian`,
     where a rule's own forward pass calls the plain solver (`rules._lowering.bypass_in_own_rule`).
     The callables must not close over traced values (the solvers' static parts do not).
+    Concrete inputs (an eager call: nothing to differentiate) run the solver alone.
     """
+    if not _is_traced((x0, params, tol)):
+        return solver(x0, params, tol)
 
     @jax.custom_jvp
     def solve(x0, params, tol):

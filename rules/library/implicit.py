@@ -175,9 +175,9 @@ def _fixed_point_adjoint(f, x_star, theta, x_bar, tol, max_iter, adjoint, eager,
     return unthunk(f_pullback(u)[2]), info
 
 
-def _fixed_point_solution(f, x0, params, tol, max_iter, adjoint, throw):
-    """x* and its SolveInfo, x* differentiated in forward mode by (I - df/dx) x_dot = (df/dtheta) theta_dot."""
-    _, _, tangent_report = _fixed_point_reports(max_iter, adjoint)
+def _fixed_point_solution(f, x0, params, tol, max_iter, adjoint, tangent_report):
+    """x* and its SolveInfo, x* differentiated in forward mode by (I - df/dx) x_dot = (df/dtheta) theta_dot;
+    `tangent_report` checks the tangent solve (None: no check)."""
 
     def solver(x0, params, tol):
         return _iterate(f, x0, params, tol, max_iter)
@@ -186,8 +186,7 @@ def _fixed_point_solution(f, x0, params, tol, max_iter, adjoint, throw):
         return _tree_sub(x, _cast_like(f(x, params), x))
 
     def tangent_solve(op, rhs, tol):
-        report = tangent_report if throw else None
-        return _solve_identity_minus(op, rhs, _floor_tol(tol, rhs), max_iter, adjoint, False, report)[0]
+        return _solve_identity_minus(op, rhs, _floor_tol(tol, rhs), max_iter, adjoint, False, tangent_report)[0]
 
     return _implicit_solution(solver, G, tangent_solve, x0, params, tol)
 
@@ -257,10 +256,10 @@ def fixed_point(
       adjoint: "iterate" (u <- x_bar + (df/dx)^T u, which converges at the forward
         iteration's rate) or "gmres" (GMRES on I - (df/dx)^T, for slowly contracting maps).
       throw: raise `ConvergenceError` when the forward, the adjoint or the tangent solve
-        (forward mode, e.g. under `jax.hessian`) stops without meeting tol (max_iter reached, or NaN/inf). Under `jax.jit` and `jax.vmap` the check
-        runs on the device and raises when the result is computed (if any batch element
-        failed), as a `JaxRuntimeError` carrying the same message. False: no check; the
-        last iterate is returned as it is.
+        (forward mode, e.g. under `jax.hessian`) stops without meeting tol (max_iter reached,
+        or NaN/inf). Under `jax.jit` and `jax.vmap` the check runs on the device and raises
+        when the result is computed (if any batch element failed), as a `JaxRuntimeError`
+        carrying the same message. False: no check; the last iterate is returned as it is.
       full_output: also return a `SolveInfo`; its residual is
         |x_{k+1} - x_k|_inf / (1 + |x_{k+1}|_inf). Only x is differentiated.
 
@@ -295,8 +294,9 @@ def fixed_point(
     if adjoint not in ("iterate", "gmres"):
         raise ValueError(f"`fixed_point`: adjoint must be 'iterate' or 'gmres'; got {adjoint!r}.")
     bound, arrays = _bind(f, "fixed_point", "f")
-    x, info = _fixed_point_solution(bound, x0, (arrays, theta), _tol(tol), max_iter, adjoint, throw)
-    report, _, _ = _fixed_point_reports(max_iter, adjoint)
+    report, _, tangent_report = _fixed_point_reports(max_iter, adjoint)
+    x, info = _fixed_point_solution(bound, x0, (arrays, theta), _tol(tol), max_iter, adjoint,
+                                    tangent_report if throw else None)
     return _finish(x, info, tol, report, throw, full_output)
 
 
@@ -581,8 +581,9 @@ def linear_solve(
         tighter than 10 eps. (CG tests its recursively updated residual, GMRES the true one.)
       maxiter: as in `jax.scipy.sparse.linalg.cg` / `gmres` (for GMRES, restarts); default 10 n.
       throw: raise `ConvergenceError` when the forward, the adjoint or the tangent solve
-        (forward mode, e.g. under `jax.hessian`) stops without meeting tol (maxiter reached, or NaN/inf); under `jax.jit` a runtime error with the
-        same message (see `fixed_point`). False: no check.
+        (forward mode, e.g. under `jax.hessian`) stops without meeting tol (maxiter reached,
+        or NaN/inf); under `jax.jit` a runtime error with the same message (see `fixed_point`).
+        False: no check.
       full_output: also return a `SolveInfo`; its residual is |r|_2 / |b|_2 and its
         iterations are CG steps or GMRES restarts.
 
