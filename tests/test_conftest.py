@@ -63,3 +63,32 @@ def test_the_suites_cpu_code_computes_the_same_bits_as_xlas_default(conftest, tm
     namespace: dict = {}
     exec(_ELEMENTWISE, namespace)
     np.testing.assert_array_equal(namespace["results"], np.load(tmp_path / "default.npy"))
+
+
+_CACHED = """
+import jax, jax.numpy as jnp
+print(float(jax.jit(lambda x: jnp.sin(x) * {constant!r})(1.0)))
+"""
+
+
+def test_compiled_programs_are_kept_for_the_workers_subprocesses_and_the_next_run():
+    """JAX's persistent compilation cache is on for the small programs too, in this process
+    and in subprocesses: a program compiled by one process is read by the next."""
+    import subprocess
+    import sys
+    import uuid
+
+    import jax
+
+    directory = os.environ["JAX_COMPILATION_CACHE_DIR"]
+    if not directory:
+        pytest.skip("`JAX_COMPILATION_CACHE_DIR=` turned the cache off")  # the documented opt-out
+    assert jax.config.jax_compilation_cache_dir == directory
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0
+    code = _CACHED.format(constant=1.0 + uuid.uuid4().int % 10**9 / 10**10)  # a program no one compiled
+    env = dict(os.environ, JAX_LOG_COMPILES="1")
+    first, second = (subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+                     for _ in range(2))
+    assert first.returncode == 0 and second.returncode == 0, first.stderr[-3000:] + second.stderr[-3000:]
+    assert "Persistent compilation cache hit" not in first.stderr
+    assert "Persistent compilation cache hit" in second.stderr, second.stderr[-3000:]
