@@ -35,6 +35,7 @@ from ._stats_discrete import multinomial as multinomial
 from ._stats_discrete import nbinom as nbinom
 from ._stats_discrete import poisson as poisson
 from .logexp import xlog1py, xlogy
+from .special_jax import _betaln  # jax.scipy.special.betaln by its rule: JAX 0.10's Hessian is wrong
 
 __all__ = [
     "gamma", "chi2", "beta", "poisson", "binom", "bernoulli", "geom", "nbinom", "multinomial", "truncnorm",
@@ -181,20 +182,6 @@ def beta_logpdf(x, a, b, loc=0, scale=1):
     log_probs = -_betaln(a, b) + log_linear - jnp.log(scale)
     out = jnp.where((x > loc + scale) | (x < loc), -jnp.inf, log_probs)
     return jnp.where((a <= 0) | (b <= 0) | (scale <= 0), jnp.nan, out)
-
-
-@jax.custom_jvp
-def _betaln(a, b):
-    """`jax.scipy.special.betaln`, differentiated by digamma (to every order): JAX 0.10's own
-    second derivatives are wrong at a = b = 1 (0.1775 for each of the four, true 1 and -0.6449)."""
-    return jsp.betaln(a, b)
-
-
-@_betaln.defjvp
-def _betaln_jvp(primals, tangents):
-    (a, b), (a_dot, b_dot) = primals, tangents
-    both = jsp.digamma(a + b)
-    return _betaln(a, b), (jsp.digamma(a) - both) * a_dot + (jsp.digamma(b) - both) * b_dot
 
 
 def beta_pdf(x, a, b, loc=0, scale=1):

@@ -78,6 +78,7 @@ SAMPLES = {
     "xlogy": (np.array([0.0, 1.5, 2.0]), _X),
     "xlog1py": (np.array([0.0, 1.5, 2.0]), _X),
     "betainc": (_X + 0.5, 2.0, _X / 3),
+    "betaln": (_X + 0.5, _X[::-1]),
     "gammainc": (_X + 0.5, _X),
     "gammaincc": (_X + 0.5, _X),
     "logsumexp": (np.array([[0.5, -1.0, 2.0], [1.0, 0.2, -0.3]]),),

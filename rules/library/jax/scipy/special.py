@@ -29,6 +29,7 @@ expit = _primitive(_jsp.expit)  # s(x) s(-x): float32 tails
 xlogy = _logexp.xlogy  # d/dy = 0 where x = 0 (JAX: NaN at (0, 0))
 xlog1py = _logexp.xlog1py
 betainc = _primitive(_jsp.betainc)  # d/dx at x = 0 (a = 1) and x = 1 (b = 1) (JAX: NaN)
+betaln = _primitive(_jsp.betaln)  # by digamma (JAX 0.10: wrong second derivatives where a = b)
 gammainc = _primitive(_jsp.gammainc)  # d/dx at x = 0, a = 1 (JAX: NaN)
 gammaincc = _primitive(_jsp.gammaincc)
 i0, i0e, i1, i1e = (_primitive(f) for f in (_jsp.i0, _jsp.i0e, _jsp.i1, _jsp.i1e))  # tiny and huge x
@@ -55,8 +56,8 @@ def iv(v, z):
     return _special.iv(v, z)
 
 
-SHADOWED: tuple[str, ...] = ("expit", "xlogy", "xlog1py", "betainc", "gammainc", "gammaincc", "i0", "i0e", "i1",
-                             "i1e", "logsumexp") + (("iv",) if _JAX_IV is not None else ())
+SHADOWED: tuple[str, ...] = ("expit", "xlogy", "xlog1py", "betainc", "betaln", "gammainc", "gammaincc", "i0", "i0e",
+                             "i1", "i1e", "logsumexp") + (("iv",) if _JAX_IV is not None else ())
 EXTRA = ("kv", "kve", "ive", "jv", "yv", "struve", "exprel") + (() if _JAX_IV is not None else ("iv",))
 
 __getattr__, __dir__ = _fallback(__name__, _jsp, SHADOWED + EXTRA)
