@@ -251,9 +251,11 @@ def _norm_gradient(x: jax.Array, ord: Any, kind: str, axes: tuple, y: jax.Array)
         # differ from them in the last bit, and then no column would match and the gradient be 0
         hit = sums == (jnp.max if ord > 0 else jnp.min)(sums, axis=kept, keepdims=True)
         return _safe_div(_unit(x) * hit, jnp.sum(hit, axis=kept, keepdims=True).astype(ax.dtype))
-    from .linalg_spectral import _H, _svd_frame  # its second derivatives: NaN, not wrong, at ties
-
     xm = jnp.moveaxis(x, (row, col), (-2, -1))
+    if ord == "nuc" and not jnp.iscomplexobj(x):
+        return jnp.moveaxis(_nuclear_gradient(xm), (-2, -1), (row, col))
+    from .linalg_spectral import _H, _svd_frame  # complex A, ord +-2: second derivatives NaN at ties
+
     u, s, v = _svd_frame(xm)
     vt = _H(v)
     if ord == "nuc":  # U_r V_r^H over the nonzero singular values: the least-norm subgradient
@@ -265,6 +267,26 @@ def _norm_gradient(x: jax.Array, ord: Any, kind: str, axes: tuple, y: jax.Array)
     else:
         raise ValueError(f"`norm`: unsupported matrix norm ord={ord!r}; expected one of {_STATIC_ORDS}.")
     return jnp.where(y == 0, 0, jnp.moveaxis(g, (-2, -1), (row, col)))
+
+
+def _kept(s: jax.Array) -> jax.Array:
+    """1 for the singular values of a matrix scaled to max |a_ij| = 1 (so s_max in [1, sqrt(mn)])
+    that are not rounding noise, else 0: a static elementwise f for `svd_matrix_function`."""
+    return (s > jnp.finfo(s.dtype).eps * s.shape[-1]).astype(s.dtype)
+
+
+def _nuclear_gradient(A: jax.Array) -> jax.Array:
+    """U_r V_r^T over the nonzero singular values of a real A (..., m, n), the least-norm
+    subgradient of the nuclear norm, as `svd_matrix_function` of A / max|a_ij| (U_r V_r^T does
+    not change with the scale, nor does its derivative along A itself, so the scale is held):
+    its derivative, the nuclear norm's second, is exact where singular values repeat (the
+    polar factor's at a full-rank A; A = I among them), where the SVD's frame gives NaN.
+    Its JAX function, not the primitive: a pullback that calls a primitive has no forward
+    mode under the fallback lowering (ZYGOTE_JAX_LOWERING=custom_vjp)."""
+    from .linalg_matfun import _svd_function
+
+    top = jax.lax.stop_gradient(jnp.max(jnp.abs(A), axis=(-2, -1), keepdims=True))
+    return _svd_function(A / jnp.where(top == 0, 1, top).astype(A.dtype), _kept, None)[0]
 
 
 # ----- normalize ----------------------------------------------------------------------------

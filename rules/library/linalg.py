@@ -104,7 +104,10 @@ def norm(x: jax.Array, ord: Any = None, axis: Any = None, keepdims: bool = False
     ChainRules returns 0). Zero entries of x get 0 for every p (ChainRules' convention also
     for 0 < p < 1, where |x_i|^p has no derivative at 0); the gradient's own derivative there is
     the true one (real x): 1 / y at p = 2, 0 for p > 2, inf for 1 < p < 2. Matrix norms need a
-    static ord.
+    static ord. The real nuclear norm's second derivative is exact where singular values
+    repeat (its gradient U V^T is `svd_matrix_function`'s of a step f: the polar factor's
+    derivative at a full-rank A, A = I among them); with the rank held at a rank-deficient
+    A; for complex A and ord +-2 it is NaN at ties.
 
     Args:
       x: an array.

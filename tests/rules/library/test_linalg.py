@@ -377,6 +377,35 @@ def test_norm_nuclear_subgradient_drops_zero_singular_values():
     np.testing.assert_allclose(jax.grad(lambda A: la.norm(A, "nuc"))(A), [[1.0, 0.0], [0.0, 0.0]])
 
 
+def _polar_derivative(d, X):
+    """d/dt of the unitary polar factor of diag(d) + t X at t = 0 (d > 0): the skew matrix
+    with entries (X_ij - X_ji) / (d_i + d_j), finite where d has ties."""
+    return (X - X.T) / (d[:, None] + d[None, :])
+
+
+def test_norm_nuclear_hessian_exact_at_repeated_singular_values():
+    """The gradient of norm(A, "nuc") at a full-rank A is the polar factor U V^T, smooth where
+    singular values repeat (A = I among them); its derivative went through the SVD's frame
+    and was NaN there. Forward over reverse and reverse over reverse, against the polar
+    factor's derivative (diagonal A) and against differences of the gradient (rotated A)."""
+    X = jnp.asarray(np.random.default_rng(3).standard_normal((3, 3)))
+    grad = jax.grad(lambda A: la.norm(A, "nuc"))
+    for d in (np.ones(3), np.array([1.0, 2.0, 2.0]), np.array([3.0, 0.5, 0.5])):
+        A, want = jnp.diag(d), _polar_derivative(d, X)
+        np.testing.assert_allclose(jax.jvp(grad, (A,), (X,))[1], want, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(jax.jit(jax.hessian(lambda A: la.norm(A, "nuc")))(A).reshape(9, 9) @ X.ravel(),
+                                   want.ravel(), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(jax.grad(lambda A: jnp.sum(X * grad(A)))(A), want, rtol=1e-12, atol=1e-14)
+    Q, _ = np.linalg.qr(np.random.default_rng(4).standard_normal((4, 4)))
+    R, _ = np.linalg.qr(np.random.default_rng(5).standard_normal((3, 3)))
+    A = jnp.asarray(Q[:, :3] @ np.diag([2.0, 2.0, 1.0]) @ R)  # tall, full rank, a tie
+    V = jnp.asarray(np.random.default_rng(6).standard_normal((4, 3)))
+    t = 1e-5
+    differences = (grad(A + t * V) - grad(A - t * V)) / (2 * t)
+    np.testing.assert_allclose(jax.jvp(grad, (A,), (V,))[1], differences, rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(grad(A), Q[:, :3] @ R, rtol=1e-12, atol=1e-14)
+
+
 def test_slogdet_sign_gets_no_cotangent_for_real_and_the_exact_one_for_complex():
     A = jnp.asarray(la._M3)
     np.testing.assert_array_equal(jax.grad(lambda A: la.slogdet(A)[0])(A), np.zeros((3, 3)))
