@@ -367,7 +367,13 @@ def struve_frule(tangents, v, x):
     y = struve(v, x)
 
     def slope():
-        return (struve(v - 1, x) - struve(v + 1, x)) / 2 + _struve_extra(*_prepare("struve", v, x))
+        # at v = 0, H_0' = 2/pi - H_1: through H_{-1}, whose own slope needs H_{-2}(0) = inf, the
+        # second derivative at x = 0 was NaN (true 0); x is held at 1 in the unused branch
+        v_, x_ = _prepare("struve", v, x)
+        zero = v_ == 0
+        held = jnp.where(zero, jnp.ones_like(x_), x_)
+        general = (struve(v_ - 1, held) - struve(v_ + 1, held)) / 2 + _struve_extra(v_, held)
+        return jnp.where(zero, 2 / math.pi - struve(jnp.ones_like(v_), x_), general)
 
     return y, _tangent("struve", "the order v", v_dot, x_dot, y.shape, slope)
 

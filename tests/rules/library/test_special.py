@@ -233,3 +233,21 @@ def test_gammaincc_second_derivative_in_x_at_zero_is_that_of_exp():
     """Q(1, x) = e^-x: its slope's xlogy(0, x) at x = 0 is the library's (JAX's d/dx is 0/0)."""
     assert float(jax.grad(special.gammaincc, 1)(1.0, 0.0)) == -1.0
     np.testing.assert_allclose(float(jax.hessian(special.gammaincc, 1)(1.0, 0.0)), 1.0, rtol=1e-12)
+
+
+def test_struve_zero_second_derivative_at_zero_and_beside_it():
+    """H_0' = 2/pi - H_1, so H_0'' = -H_1' = -((H_0 - H_2) / 2 + (x/2) / (2 sqrt(pi) Gamma(5/2)))
+    (DLMF 11.4.24): 0 at x = 0, where the slope through H_{-1} gave NaN (its slope needs
+    H_{-2}(0) = inf). Orders beside 0 in one array keep the general slope."""
+    x = np.array([0.0, 1e-3, 0.7, 4.0])
+    c = lambda v: 1 / (2 * np.sqrt(np.pi) * ss.gamma(v + 1.5))  # noqa: E731  (x/2)^v c(v): DLMF's extra term
+    h0 = -((ss.struve(0, x) - ss.struve(2, x)) / 2 + x / 2 * c(1))
+    h2_slope = (ss.struve(1, x) - ss.struve(3, x)) / 2 + (x / 2) ** 2 * c(2)
+    h1 = ((2 / np.pi - ss.struve(1, x)) - h2_slope) / 2 + c(1) / 2  # H_1'' = (H_0' - H_2') / 2 + c(1) / 2
+    second = jax.jit(jax.vmap(jax.grad(jax.grad(special.struve, 1), 1), in_axes=(None, 0)))
+    np.testing.assert_allclose(second(0.0, x), h0, rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(second(1.0, x), h1, rtol=1e-12)
+    both = jax.vmap(jax.grad(lambda x: jnp.sum(jax.grad(lambda x: jnp.sum(special.struve(jnp.array([0.0, 1.0]), x)))(x))))
+    np.testing.assert_allclose(both(x), h0 + h1, rtol=1e-12)  # reverse over reverse, orders 0 and 1 together
+    np.testing.assert_allclose(jax.vmap(jax.grad(special.struve, 1), in_axes=(None, 0))(0.0, x), 2 / np.pi - ss.struve(1, x),
+                               rtol=1e-14)
