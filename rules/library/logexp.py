@@ -312,7 +312,9 @@ def _exprel_value(x: jax.Array) -> jax.Array:
     big = x > math.log(float(jnp.finfo(x.dtype).max))
     xl = jnp.where(small, jnp.ones_like(x), x)
     half = jnp.exp(jnp.where(big, xl, jnp.zeros_like(x)) / 2)
-    large = jnp.where(big, half * (half / xl), jnp.expm1(xl) / xl)
+    # expm1 only where it is finite: its slope (inf) times a zero cotangent was NaN in reverse mode
+    xe = jnp.where(big, jnp.ones_like(x), xl)
+    large = jnp.where(big, half * (half / xl), jnp.expm1(xe) / xe)
     return jnp.where(small, series, large)
 
 

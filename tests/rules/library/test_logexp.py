@@ -165,6 +165,16 @@ def test_exprel_where_expm1_overflows():
     assert float(jax.grad(exprel)(710.0)) == pytest.approx(slope, rel=4e-16)
 
 
+def test_exprel_second_derivative_where_expm1_overflows_in_every_mode():
+    """exprel''(x) = (e^x (x^2 - 2x + 2) - 2) / x^3, finite below x = 716; reverse over reverse
+    was NaN from 710 on: the unused expm1 branch's slope, inf, times its zero cotangent."""
+    x = np.array([700.0, 710.0, 711.0, 715.0])
+    truth = np.exp(x + np.log(x * x - 2 * x + 2) - 3 * np.log(x))  # the -2 / x^3 is below e^-x relative
+    grad = jax.grad(exprel)
+    for second in (jax.grad(grad), lambda x: jax.jvp(grad, (x,), (1.0,))[1]):
+        np.testing.assert_allclose(jax.jit(jax.vmap(second))(x), truth, rtol=1e-13)
+
+
 def test_exprel_passes_the_testers_and_refuses_complex():
     test_scalar(exprel, 0.4)
     test_frule(exprel, np.array([-2.0, 0.5, 3.0]))
