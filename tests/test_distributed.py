@@ -183,8 +183,11 @@ def _free_port() -> int:
 def _worker_env() -> dict[str, str]:
     """The inherited environment on one CPU device per process: JAX_PLATFORMS=cpu, no
     JAX_NUM_CPU_DEVICES, no forced host device count in XLA_FLAGS; this checkout first on
-    the path."""
+    the path. No persistent compilation cache (the suite's, root conftest.py): where the two
+    processes read their programs from it (a second run), jax 0.12.1 hangs in the first
+    collective on CPU; compiled afresh, they run."""
     env = {k: v for k, v in os.environ.items() if k != "JAX_NUM_CPU_DEVICES"}
+    env["JAX_COMPILATION_CACHE_DIR"] = ""
     flags = [f for f in env.pop("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")]
     if flags:
         env["XLA_FLAGS"] = " ".join(flags)
