@@ -51,7 +51,7 @@ def _betaln_partials(a, b, y):
 scalar_rule(jsp.betaln, _betaln_partials, plain=True)
 register_examples(jsp.betaln, [(np.array([1.0, 0.5, 10.0, 2.0]), np.array([1.0, 0.5, 10.0, 3.0])),
                                (np.array([1.5, 4.0]), np.array([2.5, 4.0], np.float32))])
-_betaln = primitive(jsp.betaln)  # for the rules below and rules.library.stats
+_betaln = primitive(jsp.betaln)  # for the rules below, rules.library.stats and the drop-in namespace
 
 
 # ----- betainc: d/dx = x^(a-1) (1-x)^(b-1) / B(a, b) ----------------------------------------------

@@ -21,7 +21,7 @@ import numpy as _np
 from ... import elementwise as _elementwise  # noqa: F401  (registers the rules used below)
 from ... import logexp as _logexp
 from ... import special as _special
-from ... import special_jax as _special_jax  # noqa: F401  (registers the rules used below)
+from ... import special_jax as _special_jax  # registers the rules used below
 from ...._primitive import primitive as _primitive
 from .._shadow import fallback as _fallback
 
@@ -29,7 +29,7 @@ expit = _primitive(_jsp.expit)  # s(x) s(-x): float32 tails
 xlogy = _logexp.xlogy  # d/dy = 0 where x = 0 (JAX: NaN at (0, 0))
 xlog1py = _logexp.xlog1py
 betainc = _primitive(_jsp.betainc)  # d/dx at x = 0 (a = 1) and x = 1 (b = 1) (JAX: NaN)
-betaln = _primitive(_jsp.betaln)  # by digamma (JAX 0.10: wrong second derivatives where a = b)
+betaln = _special_jax._betaln  # by digamma (JAX 0.10: wrong second derivatives where a = b)
 gammainc = _primitive(_jsp.gammainc)  # d/dx at x = 0, a = 1 (JAX: NaN)
 gammaincc = _primitive(_jsp.gammaincc)
 i0, i0e, i1, i1e = (_primitive(f) for f in (_jsp.i0, _jsp.i0e, _jsp.i1, _jsp.i1e))  # tiny and huge x
