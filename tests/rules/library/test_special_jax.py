@@ -56,20 +56,20 @@ def test_betaln_derivatives_are_digammas_to_third_order_where_jax_010s_are_wrong
     t3 = -ss.polygamma(2, a + b)
     third_aaa, third_aab = ss.polygamma(2, a) + t3, t3
 
-    def derivatives(f):
-        one = lambda a, b: f(a, b)  # noqa: E731  (scalars, so that hessian is 2 x 2)
-        grad = jax.vmap(jax.grad(one, argnums=(0, 1)))
-        hess = jax.vmap(jax.hessian(one, argnums=(0, 1)))
-        third = jax.vmap(jax.jacfwd(jax.hessian(one)))  # d^3/da^3, in a alone
-        mixed = jax.vmap(jax.grad(lambda a, b: jax.hessian(one)(a, b), argnums=1))  # d^3/da^2 db
-        return (np.stack(maybe_jit(grad)(a, b)), np.array(maybe_jit(hess)(a, b)), maybe_jit(third)(a, b),
-                maybe_jit(mixed)(a, b))
-
-    got = derivatives(pbetaln)
-    for g, truth in zip(got, (slope, hessian, third_aaa, third_aab)):
-        np.testing.assert_allclose(g, truth, rtol=1e-11)
+    one = lambda a, b: pbetaln(a, b)  # noqa: E731  (scalars, so that hessian is 2 x 2)
+    grad = maybe_jit(jax.vmap(jax.grad(one, argnums=(0, 1))))
+    hess = maybe_jit(jax.vmap(jax.hessian(one, argnums=(0, 1))))
+    np.testing.assert_allclose(np.stack(grad(a, b)), slope, rtol=1e-11)
+    np.testing.assert_allclose(np.array(hess(a, b)), hessian, rtol=1e-11)
     np.testing.assert_array_equal(pbetaln(a, b), jsp.betaln(a, b))
-    jax_hessian = derivatives(jsp.betaln)[1]
+    if maybe_jit is not jax.jit:  # the rest compiled only (eagerly, op by op, ~10 s on jax 0.12)
+        return
+    third = jax.jit(jax.vmap(jax.jacfwd(jax.hessian(one))))  # d^3/da^3, in a alone
+    mixed = jax.jit(jax.vmap(jax.grad(lambda a, b: jax.hessian(one)(a, b), argnums=1)))  # d^3/da^2 db
+    np.testing.assert_allclose(third(a, b), third_aaa, rtol=1e-11)
+    np.testing.assert_allclose(mixed(a, b), third_aab, rtol=1e-11)
+    # JAX's own Hessian (its program alone takes seconds to compile: once)
+    jax_hessian = np.array(jax.jit(jax.vmap(jax.hessian(jsp.betaln, argnums=(0, 1))))(a, b))
     wrong = ~np.isclose(jax_hessian, hessian, rtol=1e-3).all(axis=(0, 1))
     assert wrong.tolist() == ([True, True, True, True, False, False] if _JAX_010 else [False] * 6)
 
