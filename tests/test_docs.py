@@ -93,9 +93,14 @@ def test_edge_table_is_right_and_in_the_readme():
     spec = importlib.util.spec_from_file_location("build_edges", ROOT / "docs" / "build_edges.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    computed = module.rows()  # what `main(["--check"])` checks, computed once
+    assert module.wrong(computed) == []
+    module.rows = lambda: computed  # the command line, on what was computed
     assert module.main(["--check"]) == 0
+    module.rows = lambda: [(computed[0][0], computed[0][1], computed[0][2] + 1.0), *computed[1:]]
+    assert module.main(["--check"]) == 1  # a wrong gradient fails it
     readme = (ROOT / "README.md").read_text()
     table = readme.split(module.BEGIN)[1].split(module.END)[0]
-    for edge, _, ours in module.rows():
+    for edge, _, ours in computed:
         row = next(line for line in table.splitlines() if line.startswith(f"| `{edge.call}` |"))
         assert row.split(" | ")[2:4] == [f"{ours:.4g}", f"{edge.true:.4g}"], row
