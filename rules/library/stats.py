@@ -10,7 +10,10 @@ through them); `log_gauss_mass`, log(Phi(b) - Phi(a)), is a primitive of its own
 
 Namespaces as in `jax.scipy.stats`: `stats.gamma.logpdf` is `gamma_logpdf`, and so on for
 `gamma`, `chi2`, `beta` (logpdf, pdf), `poisson` (logpmf, pmf), `binom`, `bernoulli`,
-`geom`, `nbinom`, `multinomial` (logpmf, pmf) and `truncnorm` (logpdf, pdf, logcdf, cdf).
+`geom`, `nbinom`, `betabinom`, `multinomial` (logpmf, pmf) and `truncnorm` (logpdf, pdf,
+logcdf, cdf). `beta` and `betabinom` take log B(a, b) from `jax.scipy.special.betaln`'s rule
+(`rules.library.special_jax`), whose derivatives are digammas and polygammas: JAX 0.10's own
+second derivatives of log B are wrong where a = b.
 The discrete distributions are written in `rules.library._stats_discrete` (this file's size).
 """
 
@@ -29,6 +32,7 @@ from .._helpers import scalar_rule
 from .._primitive import primitive
 from ._stats_discrete import _promote
 from ._stats_discrete import bernoulli as bernoulli
+from ._stats_discrete import betabinom as betabinom
 from ._stats_discrete import binom as binom
 from ._stats_discrete import geom as geom
 from ._stats_discrete import multinomial as multinomial
@@ -38,7 +42,7 @@ from .logexp import xlog1py, xlogy
 from .special_jax import _betaln  # jax.scipy.special.betaln by its rule: JAX 0.10's Hessian is wrong
 
 __all__ = [
-    "gamma", "chi2", "beta", "poisson", "binom", "bernoulli", "geom", "nbinom", "multinomial", "truncnorm",
+    "gamma", "chi2", "beta", "poisson", "binom", "bernoulli", "geom", "nbinom", "betabinom", "multinomial", "truncnorm",
     "log_gauss_mass",
 ]
 

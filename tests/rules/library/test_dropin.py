@@ -79,6 +79,7 @@ SAMPLES = {
     "xlog1py": (np.array([0.0, 1.5, 2.0]), _X),
     "betainc": (_X + 0.5, 2.0, _X / 3),
     "betaln": (_X + 0.5, _X[::-1]),
+    "beta": (_X + 0.5, _X[::-1] - 1.2),  # a negative b too: the sign of B
     "gammainc": (_X + 0.5, _X),
     "gammaincc": (_X + 0.5, _X),
     "logsumexp": (np.array([[0.5, -1.0, 2.0], [1.0, 0.2, -0.3]]),),
@@ -93,6 +94,8 @@ SAMPLES = {
     "bernoulli.logpmf": (np.array([0.0, 1.0, 1.0]), 0.3), "bernoulli.pmf": (np.array([0.0, 1.0, 1.0]), 0.3),
     "geom.logpmf": (np.array([1.0, 2.0, 4.0]), 0.3), "geom.pmf": (np.array([1.0, 2.0, 4.0]), 0.3),
     "nbinom.logpmf": (np.array([0.0, 1.0, 4.0]), 3.0, 0.4), "nbinom.pmf": (np.array([0.0, 1.0, 4.0]), 3.0, 0.4),
+    "betabinom.logpmf": (np.array([0.0, 1.0, 3.0]), 3.0, 2.0, 1.5),
+    "betabinom.pmf": (np.array([0.0, 1.0, 3.0]), 3.0, 2.0, 1.5),
     "multinomial.logpmf": (np.array([1, 0, 2]), 3, np.array([0.2, 0.3, 0.5])),
     "multinomial.pmf": (np.array([1, 0, 2]), 3, np.array([0.2, 0.3, 0.5])),
     "truncnorm.logpdf": (_X - 1, -0.5, 2.0), "truncnorm.pdf": (_X - 1, -0.5, 2.0),
@@ -247,3 +250,14 @@ def test_linalg_norm_reads_a_float_ord_of_a_matrix_norm_statically_as_jax_does()
         np.testing.assert_allclose(jax.jit(lambda v: rlinalg.norm(v, ord))(v), jax.numpy.linalg.norm(v, ord), rtol=1e-12)
         np.testing.assert_allclose(jax.grad(lambda v: rlinalg.norm(v, ord))(v),
                                    jax.grad(lambda v: jax.numpy.linalg.norm(v, ord))(v), rtol=1e-12)
+
+
+def test_beta_has_the_true_hessian_where_jax_010s_is_wrong():
+    """B(a, b) = exp(betaln(a, b)) by betaln's rule; at (1, 1): d2/da2 = 2, d2/da db = 2 - pi^2/6
+    (B (d_a log B d_b log B + d_ab log B), d_a log B = psi(1) - psi(2) = -1). JAX 0.10's own
+    second derivatives there are wrong (its betaln's series)."""
+    true = np.array([[2.0, 2 - np.pi**2 / 6], [2 - np.pi**2 / 6, 2.0]])
+    for hessian in (jax.hessian(rsp.beta, (0, 1)), jax.jit(jax.hessian(rsp.beta, (0, 1)))):
+        np.testing.assert_allclose(np.array(hessian(1.0, 1.0)), true, rtol=1e-12)
+    jaxs = np.array(jax.hessian(jax.scipy.special.beta, (0, 1))(1.0, 1.0))
+    assert np.allclose(jaxs, true, rtol=1e-6) == (tuple(int(p) for p in jax.__version__.split(".")[:2]) >= (0, 11))

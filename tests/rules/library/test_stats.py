@@ -13,6 +13,8 @@ import scipy.special as ss
 from rules.library import stats
 from rules.testing import test_rrule
 
+_JAX_010 = tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 11)
+
 
 def test_the_module_ships_its_rules(shipped):
     assert "log_gauss_mass" in shipped("stats")
@@ -211,3 +213,32 @@ def test_mixed_second_derivatives_at_ordinary_points_are_jaxs(family, name, poin
     plain = _beta_logpdf_hessian(*point) if family == "beta" else \
         jax.hessian(getattr(getattr(jst, family), name), argnums)(*point)
     np.testing.assert_allclose(np.array(ours), np.array(plain), rtol=1e-12, atol=1e-12)
+
+
+def _betabinom_hessian(k, n, a, b):
+    """log C(n, k) + betaln(k + a, n - k + b) - betaln(a, b) in (a, b), closed form (trigammas)."""
+    t1, t0 = ss.polygamma(1, n + a + b), ss.polygamma(1, a + b)
+    return np.array([[ss.polygamma(1, k + a) - t1 - ss.polygamma(1, a) + t0, t0 - t1],
+                     [t0 - t1, ss.polygamma(1, n - k + b) - t1 - ss.polygamma(1, b) + t0]])
+
+
+def test_betabinom_has_jax_values_and_the_true_hessian_in_its_shapes(maybe_jit):
+    """log B by betaln's rule: JAX 0.10's own Hessian of betabinom.logpmf is wrong where the
+    shapes of a log B term are equal (a = b, or k + a = n - k + b); the values stay JAX's."""
+    k, n = np.array([1.0, 0.0, 2.0, 1.0, 3.0]), np.array([2.0, 3.0, 4.0, 5.0, 3.0])
+    a, b = np.array([1.0, 2.0, 0.5, 3.0, 1.5]), np.array([1.0, 2.0, 2.5, 0.7, 4.0])
+    want = np.stack([_betabinom_hessian(*p) for p in zip(k, n, a, b)])
+    hessian = lambda f: maybe_jit(jax.vmap(jax.hessian(f, argnums=(2, 3))))(k, n, a, b)  # noqa: E731
+    np.testing.assert_allclose(np.array(hessian(stats.betabinom.logpmf)).transpose(2, 0, 1), want, rtol=1e-11)
+    support = np.array([-1.0, 0.0, 2.0, 3.0, 4.0])  # -inf off the support
+    for f in ("logpmf", "pmf"):
+        got, expected = (getattr(d, f)(support, 3.0, 2.0, 1.5) for d in (stats.betabinom, jst.betabinom))
+        np.testing.assert_allclose(got, expected, rtol=1e-14, atol=0)
+    assert stats.betabinom.logpmf(1.5, 3.0, 2.0, 1.5) == -np.inf  # JAX 0.12's and SciPy's (0.10: k floored)
+    np.testing.assert_array_equal(stats.betabinom.logpmf(0.0, 0.0, 2.0, 1.5), 0.0)  # k = n = 0
+    assert np.isnan(stats.betabinom.logpmf(1.0, 3.0, -2.0, 1.5))  # a <= 0: NaN, as JAX
+    if maybe_jit is jax.jit and _JAX_010:  # where JAX 0.10's own Hessian is wrong (0.12's is
+        # right: test_special_jax's betaln test; its program here takes ~16 s to compile)
+        plain = np.array(hessian(jst.betabinom.logpmf)).transpose(2, 0, 1)
+        wrong = ~np.isclose(plain, want, rtol=1e-3).all(axis=(1, 2))
+        assert wrong.tolist() == [True, True, False, False, False]  # log B at (1, 1) and (2, 2)

@@ -22,7 +22,8 @@ from ... import stats as _stats
 from .._shadow import fallback as _fallback
 from .._shadow import overlay as _overlay
 
-SHADOWED = ("gamma", "chi2", "beta", "poisson", "binom", "bernoulli", "geom", "nbinom", "multinomial", "truncnorm")
+SHADOWED = ("gamma", "chi2", "beta", "poisson", "binom", "bernoulli", "geom", "nbinom", "betabinom", "multinomial",
+            "truncnorm")
 
 for _name in SHADOWED:
     globals()[_name] = _overlay(f"{__name__}.{_name}", getattr(_jst, _name), vars(getattr(_stats, _name)))
