@@ -29,9 +29,10 @@ The run is the same on any machine and under pytest-xdist:
   programs that are the same (a rule's check program, traced afresh by every test that
   checks it), which xdist's workers, the subprocesses and the next run then read instead of
   compiling (a second run of the suite on 2 cores: 2:57 against 8:30 cold, jax 0.12.1; in
-  CI, the fallback lowering's run reads most of what the floor run compiled). JAX keys an entry by the whole program with
-  its compile options and the jax/jaxlib versions, so nothing stale is read: a changed rule
-  or JAX compiles anew. Set in the environment, so subprocesses inherit it; emptied when it
+  CI, the fallback lowering's run reads most of what the floor run compiled, and the check
+  what the suite compiled). JAX keys an entry by the whole program with its compile options
+  and the jax/jaxlib versions, so nothing stale is read: a changed rule or JAX compiles
+  anew. Set in the environment, so subprocesses inherit it; emptied when it
   has grown past 2 GiB; `JAX_COMPILATION_CACHE_DIR=other/dir pytest` keeps it elsewhere and
   `JAX_COMPILATION_CACHE_DIR= pytest` turns it off. A torn entry (two workers writing one
   program at once) is read as a miss: JAX warns, which is not an error here.

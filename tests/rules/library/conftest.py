@@ -30,6 +30,13 @@ def _count(jaxpr, name):
 
 
 @pytest.fixture
+def jax_010():
+    """Whether this JAX is a 0.10 release (the declared floor), whose own derivatives of some
+    functions the library's rules correct (the tests record where)."""
+    return tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 11)
+
+
+@pytest.fixture
 def shipped():
     """`shipped(module)`: the names of the functions whose examples `rules.library.<module>`
     registers (the checks themselves run in test_every_example.py)."""

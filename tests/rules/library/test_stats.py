@@ -13,8 +13,6 @@ import scipy.special as ss
 from rules.library import stats
 from rules.testing import test_rrule
 
-_JAX_010 = tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 11)
-
 
 def test_the_module_ships_its_rules(shipped):
     assert "log_gauss_mass" in shipped("stats")
@@ -222,7 +220,7 @@ def _betabinom_hessian(k, n, a, b):
                      [t0 - t1, ss.polygamma(1, n - k + b) - t1 - ss.polygamma(1, b) + t0]])
 
 
-def test_betabinom_has_jax_values_and_the_true_hessian_in_its_shapes(maybe_jit):
+def test_betabinom_has_jax_values_and_the_true_hessian_in_its_shapes(maybe_jit, jax_010):
     """log B by betaln's rule: JAX 0.10's own Hessian of betabinom.logpmf is wrong where the
     shapes of a log B term are equal (a = b, or k + a = n - k + b); the values stay JAX's."""
     k, n = np.array([1.0, 0.0, 2.0, 1.0, 3.0]), np.array([2.0, 3.0, 4.0, 5.0, 3.0])
@@ -237,7 +235,7 @@ def test_betabinom_has_jax_values_and_the_true_hessian_in_its_shapes(maybe_jit):
     assert stats.betabinom.logpmf(1.5, 3.0, 2.0, 1.5) == -np.inf  # JAX 0.12's and SciPy's (0.10: k floored)
     np.testing.assert_array_equal(stats.betabinom.logpmf(0.0, 0.0, 2.0, 1.5), 0.0)  # k = n = 0
     assert np.isnan(stats.betabinom.logpmf(1.0, 3.0, -2.0, 1.5))  # a <= 0: NaN, as JAX
-    if maybe_jit is jax.jit and _JAX_010:  # where JAX 0.10's own Hessian is wrong (0.12's is
+    if maybe_jit is jax.jit and jax_010:  # where JAX 0.10's own Hessian is wrong (0.12's is
         # right: test_special_jax's betaln test; its program here takes ~16 s to compile)
         plain = np.array(hessian(jst.betabinom.logpmf)).transpose(2, 0, 1)
         wrong = ~np.isclose(plain, want, rtol=1e-3).all(axis=(1, 2))
