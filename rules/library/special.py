@@ -40,6 +40,7 @@ from .._errors import format_message
 from .._notimplemented import not_implemented
 from .._primitive import external, primitive
 from .._zeros import AbstractZero, ZeroTangent
+from ._kernels import gamma_kernel
 
 __all__ = ["kv", "kve", "iv", "ive", "jv", "yv", "struve", "gammaincc", "expi", "zeta", "erfcx", "spence"]
 
@@ -414,12 +415,9 @@ def gammaincc_frule(tangents, a, x):
 
 @jax.jit
 def _gammaincc_slope(a, x):
-    """dQ/dx = -x^(a-1) e^(-x) / Gamma(a), in log space; x^0 = 1 at x = 0, where JAX's
-    `xlogy(a - 1, x)` has d/dx 0/0 (NaN in the second derivative of Q(1, x) = e^-x): only
-    that point is held, in plain JAX, so that every mode differentiates the slope."""
-    origin = (a == 1) & (x == 0)
-    log_power = jnp.where(origin, 0.0, (a - 1) * jnp.log(jnp.where(origin, 1.0, x)))
-    return -jnp.exp(log_power - x - jsp.gammaln(a))
+    """dQ/dx = -x^(a-1) e^(-x) / Gamma(a), in log space (`gamma_kernel`: x^0 = 1 at x = 0,
+    and its own derivatives right there: the second derivative of Q(2, x) at 0 is -1)."""
+    return -gamma_kernel(a - 1, x, jsp.gammaln(a))
 
 
 # ----- expi -------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from .._notimplemented import not_implemented
 from .._primitive import primitive
 from .._registry import register_examples
 from .._thunks import thunk
-from .logexp import xlog1py, xlogy
+from ._kernels import beta_kernel, gamma_kernel
 
 __all__: list[str] = []  # rules only, on jax.scipy.special's functions
 
@@ -57,7 +57,7 @@ _betaln = primitive(jsp.betaln)  # for the rules below, rules.library.stats and 
 # ----- betainc: d/dx = x^(a-1) (1-x)^(b-1) / B(a, b) ----------------------------------------------
 def _betainc_partials(a, b, x, y):
     a, b, x = _like(y, a, b, x)
-    slope = jnp.exp(xlogy(a - 1, x) + xlog1py(b - 1, -x) - _betaln(a, b))
+    slope = beta_kernel(a - 1, b - 1, x, _betaln(a, b))  # right at x = 0 and 1 to every order
     missing = "`jax.scipy.special.betainc`: the derivatives with respect to a and b are not implemented (JAX has none)"
     return not_implemented(missing), not_implemented(missing), slope
 
@@ -71,7 +71,7 @@ register_examples(jsp.betainc, [(np.array([1, 2, 3]), np.array([1, 1, 4]), np.ar
 def _gammainc_partials(sign: float, f: Callable) -> Callable:
     def partials(a, x, y):
         a, x = _like(y, a, x)
-        slope = sign * jnp.exp(xlogy(a - 1, x) - x - jsp.gammaln(a))
+        slope = sign * gamma_kernel(a - 1, x, jsp.gammaln(a))  # right at x = 0 to every order
         # JAX's own d/da (igamma_grad_a) has no derivative, in a or in x: a thunk, computed
         # only where a moves, so that jax.hessian in x alone never differentiates it
         by_a = thunk(lambda: jax.jvp(lambda a: f(a, x), (a,), (jnp.ones_like(a),))[1])

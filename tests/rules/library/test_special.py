@@ -235,6 +235,14 @@ def test_gammaincc_second_derivative_in_x_at_zero_is_that_of_exp():
     np.testing.assert_allclose(float(jax.hessian(special.gammaincc, 1)(1.0, 0.0)), 1.0, rtol=1e-12)
 
 
+def test_gammaincc_higher_derivatives_in_x_at_zero():
+    """Q(2, x) = (1 + x) e^-x: Q^(2) = (x - 1) e^-x is -1 at 0, Q^(3) = (2 - x) e^-x is 2; the
+    slope x e^-x in log space had d/dx 0 * inf = NaN there (`gamma_kernel`)."""
+    assert float(jax.hessian(special.gammaincc, 1)(2.0, 0.0)) == -1.0
+    assert float(jax.jit(jax.grad(jax.grad(jax.grad(special.gammaincc, 1), 1), 1))(2.0, 0.0)) == 2.0
+    assert float(jax.hessian(special.gammaincc, 1)(3.0, 0.0)) == 0.0  # Q(3, x)^(1) = -x^2 e^-x / 2
+
+
 def test_struve_zero_second_derivative_at_zero_and_beside_it():
     """H_0' = 2/pi - H_1, so H_0'' = -H_1' = -((H_0 - H_2) / 2 + (x/2) / (2 sqrt(pi) Gamma(5/2)))
     (DLMF 11.4.24): 0 at x = 0, where the slope through H_{-1} gave NaN (its slope needs

@@ -29,6 +29,22 @@ def test_betainc_slope_at_the_ends_where_jax_gives_nan(maybe_jit):
         assert float(pbetainc(a, b, x)) == float(jsp.betainc(a, b, x))
 
 
+def _nth_derivative(f, n):
+    return f if n == 0 else jax.grad(_nth_derivative(f, n - 1))
+
+
+def test_betainc_higher_derivatives_at_the_ends_are_the_polynomials(maybe_jit):
+    # I_x(2, 1) = x^2, I_x(1, 2) = 2x - x^2, I_x(3, 2) = 4x^3 - 3x^4: the slope's own
+    # derivatives at x = 0 and 1 are 0 * inf in log space (0 or NaN before the kernel's rule)
+    pbetainc = rules.primitive(jsp.betainc)
+    cases = [((2.0, 1.0, 0.0), [2.0, 0.0]), ((1.0, 2.0, 1.0), [-2.0, 0.0]), ((3.0, 2.0, 0.0), [0.0, 24.0]),
+             ((3.0, 2.0, 1.0), [-12.0, -48.0])]
+    for (a, b, x), truth in cases:
+        for n, want in zip((2, 3), truth):
+            got = float(maybe_jit(_nth_derivative(lambda x: pbetainc(a, b, x), n))(x))
+            assert got == pytest.approx(want, rel=1e-12, abs=1e-12), (a, b, x, n)
+
+
 def test_betainc_derivative_in_the_shapes_is_not_implemented_as_in_jax():
     with pytest.raises(ValueError, match="not supported"):
         jax.grad(jsp.betainc, argnums=0)(2.0, 3.0, 0.4)
@@ -78,6 +94,20 @@ def test_gammainc_slopes_at_zero_where_jax_gives_nan(maybe_jit):
     for f, truth in ((jsp.gammainc, 1.0), (jsp.gammaincc, -1.0)):
         assert np.isnan(float(maybe_jit(jax.grad(f, argnums=1))(1.0, 0.0)))
         assert float(maybe_jit(jax.grad(rules.primitive(f), argnums=1))(1.0, 0.0)) == truth
+
+
+def test_gammainc_higher_derivatives_at_zero_are_those_of_the_closed_forms(maybe_jit):
+    # P(2, x) = 1 - (1 + x) e^-x: P^(2) = (1 - x) e^-x, P^(3) = (x - 2) e^-x; P(3, x)^(1) =
+    # x^2 e^-x / 2: P^(2)(0) = 0, P^(3)(0) = 1; P(1.5, x)^(2) is +inf at 0+ (x^0.5). JAX's
+    # and the old rule's x^(a-1) in log space gave 0 or NaN there (0 * inf)
+    for f, sign in ((jsp.gammainc, 1.0), (jsp.gammaincc, -1.0)):
+        pf = rules.primitive(f)
+        for a, truth in ((2.0, [1.0, -2.0]), (3.0, [0.0, 1.0]), (1.5, [np.inf])):
+            for n, want in zip((2, 3), truth):
+                got = float(maybe_jit(_nth_derivative(lambda x: pf(a, x), n))(0.0))
+                assert got == pytest.approx(sign * want, rel=1e-13, abs=1e-13), (f, a, n)
+        hess = maybe_jit(jax.vmap(jax.hessian(pf, argnums=1), in_axes=(None, 0)))(2.0, jnp.array([0.0, 0.5]))
+        np.testing.assert_allclose(hess, sign * np.array([1.0, 0.5 * np.exp(-0.5)]), rtol=1e-13)
 
 
 def test_gammainc_derivative_in_a_is_jaxs():
