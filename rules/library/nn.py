@@ -27,6 +27,7 @@ from .._primitive import primitive
 from .._projection import ProjectTo, is_differentiable_leaf
 from .._thunks import thunk, unthunk
 from .._zeros import AbstractZero, NoTangent, ZeroTangent
+from .elementwise import _sigmoid
 
 __all__ = [
     "logsumexp",
@@ -444,7 +445,7 @@ def _softplus(x):
 
 @jax.jit
 def _sigmoid_times(y_bar, x, sign):
-    return y_bar * jax.nn.sigmoid(sign * x)
+    return y_bar * _sigmoid(sign * x)  # sigmoid's rule: its slope s(x) s(-x) is right in the tails
 
 
 @primitive(examples=[(_M, _B), (_M32, _B.astype(np.float32))])

@@ -27,6 +27,7 @@ sigmoid = _primitive(_jnn.sigmoid)  # s(x) s(-x): float32 tails (JAX: 0 at 17)
 elu = _primitive(_jnn.elu)  # alpha exp(x) (JAX 0.10: 0 at -40)
 selu = _primitive(_jnn.selu)
 celu = _primitive(_jnn.celu)
+silu = swish = _primitive(_jnn.silu)  # slope by sigmoid's rule: its derivative is right in the tails (JAX: 0 past ~37)
 softplus = _nn.softplus  # finite for any x
 log_sigmoid = _nn.log_sigmoid  # finite where sigmoid underflows
 squareplus = _nn.squareplus  # finite where x**2 overflows
@@ -38,6 +39,6 @@ def gelu(x, approximate=True):  # JAX's default, the tanh form
     return _nn.gelu(x, approximate)
 
 
-SHADOWED = ("sigmoid", "elu", "selu", "celu", "softplus", "log_sigmoid", "squareplus", "gelu", "logsumexp")
+SHADOWED = ("sigmoid", "elu", "selu", "celu", "silu", "swish", "softplus", "log_sigmoid", "squareplus", "gelu", "logsumexp")
 
 __getattr__, __dir__ = _fallback(__name__, _jnn, SHADOWED)

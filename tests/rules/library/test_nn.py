@@ -15,6 +15,9 @@ import pytest
 
 import rules
 from rules.library import nn
+from rules.library.jax import nn as rnn
+from rules.library.jax import numpy as rnp
+from rules.library.jax.scipy import special as rsp
 
 
 def value_and_grad(f, argnums=0, weights=None):
@@ -200,6 +203,28 @@ def test_softplus_and_log_sigmoid_are_finite_where_the_naive_formulas_are_not():
         np.testing.assert_allclose(y, y_jax, rtol=1e-15)
         np.testing.assert_allclose(g, slope, rtol=1e-15)
         np.testing.assert_allclose(g, g_jax, rtol=1e-14)
+
+
+def test_second_and_third_derivatives_in_the_tails_are_sigmoids_not_zero(maybe_jit):
+    # s = sigmoid(x), r = sigmoid(-x) = 1 - s: softplus^(2) = s r, softplus^(3) = s r (r - s),
+    # silu^(2) = s r (2 + x (r - s)). JAX's s (1 - s) is 0 once s rounds to 1 (float64 past ~37,
+    # float32 past ~17): the rules' slopes take sigmoid's own rule, s(x) s(-x), instead
+    def nth(f, n):
+        return f if n == 0 else jax.grad(nth(f, n - 1))
+
+    for x, rtol in ((40.0, 1e-12), (-40.0, 1e-12), (30.0, 1e-12), (np.float32(20.0), 1e-5)):
+        s, r = (1 / (1 + np.exp(-np.float64(t))) for t in (x, -x))
+        truth = [
+            (nn.softplus, 2, s * r), (nn.softplus, 3, s * r * (r - s)), (rnn.softplus, 2, s * r),
+            (nn.log_sigmoid, 2, -s * r), (rnn.log_sigmoid, 3, -s * r * (r - s)),
+            (lambda z: nn.sigmoid_binary_cross_entropy(z, 0.0), 2, s * r),
+            (rnn.silu, 2, s * r * (2 + x * (r - s))), (rnn.swish, 2, s * r * (2 + x * (r - s))),
+            (rsp.expit, 1, s * r), (rsp.expit, 2, s * r * (r - s)),
+            (lambda a: rnp.logaddexp(a, 0.0), 2, s * r),  # the weights' slope
+        ]
+        for f, n, want in truth:
+            np.testing.assert_allclose(float(maybe_jit(nth(f, n))(x)), want, rtol=rtol, err_msg=f"{f} {n} {x}")
+    assert float(jax.grad(jax.grad(jax.nn.softplus))(40.0)) == 0.0  # JAX's own, for contrast
 
 
 def test_gelu_tanh_form_keeps_its_tail_and_a_finite_gradient_where_jax_does_not():
