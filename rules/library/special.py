@@ -453,7 +453,10 @@ def expi_frule(tangents, x):
 
 @jax.jit
 def _expi_slope(x):
-    return jnp.exp(x) / x
+    """e^x / x as e^(x/2) (e^(x/2) / x): e^x alone overflows first (float32 past 88.7, where
+    Ei and its slope are finite up to ~93)."""
+    half = jnp.exp(x / 2)
+    return half * (half / x)
 
 
 # ----- zeta -------------------------------------------------------------------------------------
@@ -596,12 +599,15 @@ def spence(x):
 
 @jax.jit
 def _spence_slope(x):
-    """log(x) / (1 - x) = -log1p(u) / u with u = x - 1; a Taylor series for |u| < 1e-3."""
+    """log(x) / (1 - x): as written for x < 1/2, where x - 1 would round x away (at 1e-20 it
+    is -1, and log1p(-1) = -inf); -log1p(u) / u with u = x - 1 above, with a Taylor series
+    for |u| < 1e-3. Each branch is evaluated at a harmless point where it is not used."""
     u = x - 1
-    near = jnp.abs(u) < 1e-3
-    safe = jnp.where(near, 1.0, u).astype(u.dtype)
+    low, near = x < 0.5, jnp.abs(u) < 1e-3
+    x_low = jnp.where(low, x, 0.25).astype(x.dtype)
+    u_mid = jnp.where(low | near, 1.0, u).astype(u.dtype)
     series = -1 + u * (1 / 2 - u * (1 / 3 - u * (1 / 4 - u * (1 / 5 - u / 6))))
-    return jnp.where(near, series, -jnp.log1p(safe) / safe)
+    return jnp.where(low, jnp.log(x_low) / (1 - x_low), jnp.where(near, series, -jnp.log1p(u_mid) / u_mid))
 
 
 @spence.frule

@@ -1,5 +1,7 @@
 """rules.library.special: SciPy functions as externals with frules, verified and compared with JAX."""
 
+import decimal
+
 import jax
 import jax.numpy as jnp
 import jax.scipy.special as jsp
@@ -104,6 +106,28 @@ def test_spence_slope_is_finite_on_1_to_2_where_jax_gives_zero_or_nan():
     np.testing.assert_allclose(slope[4:], jax_slope[4:], rtol=1e-12)  # and JAX's, where JAX is right
     # smooth through 1: the second derivative there is 1/2
     assert float(jax.hessian(special.spence)(1.0)) == pytest.approx(0.5, rel=1e-12)
+
+
+def test_spence_slope_at_tiny_x_and_across_its_branches():
+    # log(x) / (1 - x) where x - 1 rounds to -1 (log1p(-1) = -inf: the old slope at 1e-20)
+    x = jnp.array([1e-300, 1e-20, 1e-15, 0.4999, 0.5, 0.5001])
+    slope = jax.jit(jax.vmap(jax.grad(special.spence)))(x)
+    np.testing.assert_allclose(slope, np.log(np.asarray(x)) / (1 - np.asarray(x)), rtol=1e-14)
+    # the second derivative 1/(x (1 - x)) + log(x)/(1 - x)^2, continuous through the switch at 1/2
+    curvature = jax.vmap(jax.hessian(special.spence))(x[3:])
+    xs = np.asarray(x[3:])
+    np.testing.assert_allclose(curvature, 1 / (xs * (1 - xs)) + np.log(xs) / (1 - xs) ** 2, rtol=1e-12)
+
+
+def test_expi_slope_is_finite_where_e_to_the_x_overflows():
+    # e^x / x: float32 e^89 overflows where the slope (5.04e36) and Ei (5.1e36) do not;
+    # float64 likewise from 709.8 to ~716 (SciPy's Ei is inf there already)
+    for x, dtype, rtol in ((89.0, np.float32, 1e-6), (92.0, np.float32, 1e-6), (712.0, np.float64, 1e-14)):
+        want = float(decimal.Decimal(x).exp() / decimal.Decimal(x))
+        got = float(jax.jit(jax.grad(special.expi))(dtype(x)))
+        assert got == pytest.approx(want, rel=rtol), (x, dtype)
+    np.testing.assert_allclose(float(jax.hessian(special.expi)(np.float32(89.0))),
+                               np.exp(89.0) / 89.0 * (1 - 1 / 89.0), rtol=1e-5)
 
 
 def test_erfcx_slope_is_accurate_for_large_x():
