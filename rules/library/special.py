@@ -578,8 +578,9 @@ def spence(x):
     """Spence's function (dilogarithm) in SciPy's convention: int_1^x log(t) / (1 - t) dt.
 
     Why: agrees with `jax.scipy.special.spence`, but its derivative log(x) / (1 - x) is
-    evaluated as -log1p(u)/u with u = x - 1 and a series near u = 0, so it is -1 at x = 1 and
-    smooth through it, where JAX's gradient is 0 at x = 1 and NaN on (1, 2].
+    evaluated as -log1p(u)/u with u = x - 1 and a series near u = 0 (as written below x = 1/2,
+    where x - 1 would lose x), so it is -1 at x = 1 and smooth through it, where JAX's gradient
+    is 0 at x = 1 and NaN on (1, 2].
 
     Args:
       x: the argument, x >= 0.
