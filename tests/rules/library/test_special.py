@@ -141,7 +141,7 @@ def test_erfcx_slope_is_accurate_for_large_x():
     for x in (1e3, 1e4):
         assert abs(float(jax.grad(special.erfcx)(jnp.float32(x))) - exact(x)) < 1e-6 * abs(exact(x))
         assert abs(float(jax.jit(jax.grad(special.erfcx))(jnp.float32(x))) - exact(x)) < 1e-6 * abs(exact(x))
-    assert float(jax.grad(special.erfcx)(1e8)) == pytest.approx(exact(1e8), rel=1e-14)
+    assert float(jax.grad(special.erfcx)(1e8)) == pytest.approx(exact(1e8), rel=1e-14, abs=0)
     x = jnp.array([-3.0, -0.4, 0.5, 2.0, 8.0, 9.99, 10.0, 30.0])
     theirs = jax.jit(jax.vmap(jax.value_and_grad(jsp.erfcx)))(x)
     np.testing.assert_allclose(jax.vmap(jax.value_and_grad(special.erfcx))(x), theirs, rtol=1e-11)
