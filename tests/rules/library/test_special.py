@@ -156,6 +156,24 @@ def _nth_derivative_in_x(f, n):
     return f if n == 0 else jax.grad(_nth_derivative_in_x(f, n - 1), argnums=1)
 
 
+def test_erfcx_second_and_third_derivatives_at_large_x(maybe_jit):
+    """erfcx(x) ~ (1/x - 1/(2x^3) + 3/(4x^5) - 15/(8x^7)) / sqrt(pi), differentiated: the frule's
+    2 erfcx + 2x erfcx' cancelled (1e-4 off at 1e6 in float64, 3e-3 at 300 in float32)."""
+    second = [(2, -3), (-6, -5), (22.5, -7), (-105, -9)]
+    third = [(-6, -4), (30, -6), (-157.5, -8), (945, -10)]
+    for n, terms in ((2, second), (3, third)):
+        d = maybe_jit(_nth_derivative_in_x(lambda _, x: special.erfcx(x), n))
+        for x, dtype, rtol in ((1e3, np.float64, 1e-12), (1e6, np.float64, 1e-14), (300.0, np.float32, 1e-6)):
+            want = sum(c * x**p for c, p in terms) / np.sqrt(np.pi)
+            assert float(d(0.0, dtype(x))) == pytest.approx(want, rel=rtol, abs=0), (n, x)
+        # each side of the switch at 10 (recurrence below, series above) equals the recurrence
+        # in float64, which has lost only ~x^(2n) ulps there
+        for x in (9.99, 10.01):
+            e, s = ss.erfcx(x), 2 * x * ss.erfcx(x) - 2 / np.sqrt(np.pi)
+            want = {2: 2 * e + 2 * x * s, 3: 2 * x * (2 * e + 2 * x * s) + 4 * s}[n]
+            assert float(d(0.0, x)) == pytest.approx(want, rel=1e-9, abs=0), (n, x)
+
+
 def test_erfcx_slope_is_accurate_for_large_x():
     """Where jax < 0.11's own rule (2x erfcx(x) - 2/sqrt(pi)) cancels to rounding noise in
     float32 at 1e3 and entirely at 1e8; jax 0.11+ is accurate there too."""
