@@ -254,10 +254,12 @@ def _norm_gradient(x: jax.Array, ord: Any, kind: str, axes: tuple, y: jax.Array)
     xm = jnp.moveaxis(x, (row, col), (-2, -1))
     if ord == "nuc" and not jnp.iscomplexobj(x):
         return jnp.moveaxis(_nuclear_gradient(xm), (-2, -1), (row, col))
-    from .linalg_spectral import _H, _svd_frame  # complex A, ord +-2: second derivatives NaN at ties
+    # complex A, ord +-2: by the svd primitive, whose rules differentiate the pullback in either
+    # mode (NaN at ties, where the second derivative is not determined); a custom_jvp of the
+    # frame tests its tangent for NaN, which reverse mode cannot transpose (jacrev of jacrev)
+    from .linalg_spectral import svd
 
-    u, s, v = _svd_frame(xm)
-    vt = _H(v)
+    u, s, vt = svd(xm)
     if ord == "nuc":  # U_r V_r^H over the nonzero singular values: the least-norm subgradient
         keep = (s > jnp.finfo(s.dtype).eps * s.shape[-1] * s[..., :1]).astype(u.dtype)
         g = (u * keep[..., None, :]) @ vt

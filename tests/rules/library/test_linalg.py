@@ -437,6 +437,20 @@ def test_matrix_norm_gradients_agree_with_jax_for_every_static_ord():
         assert np.abs(ours).max() > 0
 
 
+@pytest.mark.parametrize("ord", [2, -2, "nuc"])
+def test_matrix_norm_second_derivatives_in_reverse_over_reverse(ord):
+    # jacrev(jacrev) raised a bare AssertionError (JAX's transpose of a select whose predicate
+    # was the tangent: the svd frame's custom_jvp tested its tangent for NaN) for ord +-2 and
+    # complex 'nuc'; the rules' svd now: reverse over reverse equals JAX's own Hessian away
+    # from ties (jax.hessian, forward over reverse, worked before)
+    M = np.array([[2.0, 0.5, -0.3], [0.1, 1.5, 0.4], [-0.2, 0.3, 1.0]])
+    for imag in (0.0, 1.0):
+        ours = lambda r: la.norm(r + 1j * imag * M[::-1] if imag else r, ord)  # noqa: E731
+        plain = lambda r: jnp.linalg.norm(r + 1j * imag * M[::-1] if imag else r, ord)  # noqa: E731
+        rev_rev = jax.jit(jax.jacrev(jax.jacrev(ours)))(M)
+        np.testing.assert_allclose(rev_rev, jax.jit(jax.hessian(plain))(M), rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("ord", [1, -1, np.inf, -np.inf])
 def test_matrix_max_norm_gradient_does_not_hang_on_the_last_bit_of_the_norm(ord):
     # on a GPU, under vmap, the norm came from a reduction in another order than the gradient's
