@@ -352,21 +352,6 @@ def _svd_tangent(u, s, v, A_dot):
     return u_dot, jnp.real(p), v_dot
 
 
-@jax.custom_jvp
-def _svd_frame(A: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(U, s, V) of the thin svd A = U diag(s) V^H, for rules built from it (a pullback's U V^H):
-    differentiated by `_svd_tangent`, NaN where the derivative is not determined (repeated or
-    tiny singular values moved), where JAX's svd derivative drops terms: a wrong finite number."""
-    u, s, vt = jnp.linalg.svd(A, full_matrices=False)
-    return u, s, _H(vt)
-
-
-@_svd_frame.defjvp
-def _svd_frame_jvp(primals, tangents):
-    u, s, v = _svd_frame(primals[0])
-    return (u, s, v), _svd_tangent(u, s, v, tangents[0])
-
-
 def _svd_cotangent(u, s, v, u_bar, s_bar, v_bar):
     """A_bar for A = U diag(s) V^H (thin) from the cotangents of U, s, V (any may be zero).
 
