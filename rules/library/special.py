@@ -160,22 +160,36 @@ def _recurrence(kind: str, n: int, v, x):
     return total
 
 
+def _sum_to_smallest_term(terms, free):
+    """The sum of an asymptotic series' terms (arrays, k = 0, 1, ...) up to its smallest one:
+    past k = `free` a term larger than the last means the series has begun to diverge, and it
+    and the rest are left out (before `free` the terms may still grow)."""
+    total = last = going = None
+    for k, term in enumerate(terms):
+        if total is None:
+            total, last, going = np.zeros_like(term), np.full_like(term, np.inf), np.ones(term.shape, bool)
+        going = going & ((k <= free) | (np.abs(term) <= last))
+        total, last = total + np.where(going, term, 0.0), np.where(going, np.abs(term), last)
+    return total
+
+
+def _derivative_of_power(power: float, n: int, x):
+    """d^n/dx^n x^power = power (power - 1) ... (power - n + 1) x^(power - n)."""
+    return math.prod(power - i for i in range(n)) * x ** (power - n)
+
+
 def _asymptotic(kind: str, n: int, v, x):
     """The n-th derivative of the asymptotic series, for x >= max(25, v^2 / 2), summed up to its
     smallest term past k = v + 2n (before it, the factors 4v^2 - (2k-1)^2 and those of the
-    derivative may make a term larger than the last; after it, a larger term means the
-    asymptotic series has begun to diverge)."""
-    sign = -1.0 if kind == "ive" else 1.0
-    a = np.ones_like(x)  # a_k(v)
-    total, last, going = np.zeros_like(x), np.full_like(x, np.inf), np.ones(x.shape, bool)
-    for k in range(_ASYMPTOTIC_TERMS):
-        if k:
-            a = a * (4 * v * v - (2 * k - 1) ** 2) / (8 * k)
-        power = -k - 0.5  # d^n/dx^n x^power = power (power - 1) ... (power - n + 1) x^(power - n)
-        term = sign**k * a * math.prod(power - i for i in range(n)) * x ** (power - n)
-        going = going & ((k <= v + 2 * n) | (np.abs(term) <= last))
-        total, last = total + np.where(going, term, 0.0), np.where(going, np.abs(term), last)
-    return total * ((2 * math.pi) ** -0.5 if kind == "ive" else math.sqrt(math.pi / 2))
+    derivative may make a term larger than the last)."""
+    def terms():
+        a = np.ones_like(x)  # a_k(v)
+        for k in range(_ASYMPTOTIC_TERMS):
+            if k:
+                a = a * (4 * v * v - (2 * k - 1) ** 2) / (8 * k)
+            yield (-1.0 if kind == "ive" else 1.0) ** k * a * _derivative_of_power(-k - 0.5, n, x)
+
+    return _sum_to_smallest_term(terms(), v + 2 * n) * ((2 * math.pi) ** -0.5 if kind == "ive" else math.sqrt(math.pi / 2))
 
 
 def _scaled_bessel_derivative_host(kind: str) -> Callable:
@@ -628,16 +642,14 @@ _ERFCX_TERMS = 40
 
 
 def _erfcx_asymptotic(n: int, x):
-    total, last, going = np.zeros_like(x), np.full_like(x, np.inf), np.ones(x.shape, bool)
-    coef = 1.0  # (-1)^k (2k-1)!! / 2^k
-    for k in range(_ERFCX_TERMS):
-        if k:
-            coef = -coef * (2 * k - 1) / 2
-        power = -(2 * k + 1)
-        term = coef * math.prod(power - i for i in range(n)) * x ** (power - n)
-        going = going & ((k <= n) | (np.abs(term) <= last))
-        total, last = total + np.where(going, term, 0.0), np.where(going, np.abs(term), last)
-    return total / _SQRT_PI
+    def terms():
+        coef = 1.0  # (-1)^k (2k-1)!! / 2^k
+        for k in range(_ERFCX_TERMS):
+            if k:
+                coef = -coef * (2 * k - 1) / 2
+            yield coef * _derivative_of_power(-(2 * k + 1), n, x)
+
+    return _sum_to_smallest_term(terms(), n) / _SQRT_PI
 
 
 def _erfcx_derivative_host(n, x):
